@@ -1,0 +1,31 @@
+"""ament_python package lerobot_lang_nodes; also installable with pip (see README)."""
+
+from glob import glob
+
+from setuptools import find_packages, setup
+
+PACKAGE = 'lerobot_lang_nodes'
+
+setup(
+    name=PACKAGE,
+    version='0.1.0',
+    packages=find_packages(include=[PACKAGE, f'{PACKAGE}.*']),
+    data_files=[
+        ('share/ament_index/resource_index/packages', [f'resource/{PACKAGE}']),
+        (f'share/{PACKAGE}', ['package.xml']),
+        (f'share/{PACKAGE}/launch', glob('launch/*.py')),
+        (f'share/{PACKAGE}/config', glob('config/*.yaml') + glob('config/*.xml')),
+    ],
+    package_data={PACKAGE: ['assets/*']},
+    install_requires=['setuptools'],
+    zip_safe=True,
+    maintainer='lerobot_lang_nodes maintainers',
+    maintainer_email='maintainers@lerobot-lang-nodes.invalid',
+    description='ROS 2 nodes for language-conditioned LeRobot policies.',
+    license='Apache-2.0',
+    entry_points={
+        'console_scripts': [
+            'lerobot-lang = lerobot_lang_nodes.cli.main:main',
+        ],
+    },
+)
