@@ -77,4 +77,11 @@ if ! stamp_ok package "$ROOT/setup.py" "$ROOT/setup.cfg" "$ROOT/package.xml" ||
   "$VPY" -m pip install --disable-pip-version-check -q --no-deps --no-build-isolation -e "$ROOT"
   stamp_write package "$ROOT/setup.py" "$ROOT/setup.cfg" "$ROOT/package.xml"
 fi
+# setup.cfg puts executables in lib/lerobot_lang_nodes, where `ros2 run` looks for them; link
+# them into the venv's bin/ so `lerobot-lang` is on PATH in the pip-only set-up too.
+if [ -d "$VENV/lib/lerobot_lang_nodes" ]; then
+  for exe in "$VENV"/lib/lerobot_lang_nodes/*; do
+    [ -e "$VENV/bin/$(basename "$exe")" ] || ln -s "$exe" "$VENV/bin/$(basename "$exe")"
+  done
+fi
 log "ready: $VENV"

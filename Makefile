@@ -1,0 +1,10 @@
+# The two entry points of a fresh clone (see README): `make sim` and `make test`.
+.PHONY: setup test sim clean
+setup:
+	./scripts/setup.sh
+test:
+	./scripts/test.sh
+sim:
+	./scripts/sim.sh
+clean:
+	rm -rf .venv build

@@ -1,0 +1,47 @@
+"""`lerobot-lang`: start the node graph (sim / real) and talk to it without ros2cli."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# subcommand -> module with add_arguments(parser) and run(args) -> int; imported only when used
+# so `lerobot-lang say` never loads MuJoCo or torch.
+SUBCOMMANDS = {
+    'sim': ('lerobot_lang_nodes.cli.bringup', 'start the simulated system (MuJoCo SO-101)'),
+    'real': ('lerobot_lang_nodes.cli.bringup', 'start the real SO-101 system from a robot YAML'),
+    'calibrate': ('lerobot_lang_nodes.cli.calibrate',
+                  'calibrate an SO-101 follower and write LeRobot calibration JSON'),
+    'task': ('lerobot_lang_nodes.cli.operator', 'set the task (std_msgs/String on /task)'),
+    'say': ('lerobot_lang_nodes.cli.operator', 'interject (std_msgs/String on /interjection)'),
+    'ask': ('lerobot_lang_nodes.cli.operator', 'ask a question about the scene (/vqa)'),
+    'pause': ('lerobot_lang_nodes.cli.operator', 'pause the robot (/pause)'),
+    'resume': ('lerobot_lang_nodes.cli.operator', 'resume the robot (/resume)'),
+    'status': ('lerobot_lang_nodes.cli.operator', 'print runtime status and language context'),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog='lerobot-lang', description=__doc__)
+    sub = parser.add_subparsers(dest='command', required=True, metavar='COMMAND')
+    for name, (module_path, help_text) in SUBCOMMANDS.items():
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        try:
+            module = importlib.import_module(module_path)
+        except ModuleNotFoundError as exc:
+            if exc.name and module_path.startswith(exc.name):
+                continue  # not shipped in this build
+            raise
+        module.add_arguments(name, p)
+        p.set_defaults(_module=module)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return int(args._module.run(args.command, args) or 0)
+
+
+if __name__ == '__main__':
+    sys.exit(main())

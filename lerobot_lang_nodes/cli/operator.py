@@ -1,0 +1,154 @@
+"""Operator commands (task, say, ask, pause, resume, status) for machines without ros2cli."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+from lerobot_lang_nodes import dds
+
+DISCOVERY_TIMEOUT_S = 10.0
+
+
+def add_arguments(command: str, parser: argparse.ArgumentParser) -> None:
+    if command in ('task', 'say'):
+        parser.add_argument('text', nargs='+', help='the text to send')
+    if command == 'task':
+        parser.add_argument('--direct', action='store_true',
+                            help='use the text as the subtask directly (no generation)')
+    if command == 'ask':
+        parser.add_argument('question', nargs='+', help='the question')
+        parser.add_argument('--camera', default='', help='camera to ground on (default view)')
+    parser.add_argument('--timeout', type=float, default=DISCOVERY_TIMEOUT_S,
+                        help='seconds to wait for the running graph (default %(default)s)')
+    parser.add_argument('--namespace', default='', help='namespace of the graph (default /)')
+
+
+def _topic(ns: str, name: str) -> str:
+    return f"{ns.rstrip('/')}/{name}" if ns else name
+
+
+def run(command: str, args: argparse.Namespace) -> int:
+    os.environ.update(dds.ros_environment())
+    import rclpy
+    from rclpy.node import Node
+    rclpy.init()
+    node = Node('lerobot_lang_cli_' + command)
+    try:
+        return _COMMANDS[command](node, args)
+    finally:
+        node.destroy_node()
+        rclpy.try_shutdown()
+
+
+def _spin_until(node, predicate, timeout_s: float) -> bool:
+    import rclpy
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        rclpy.spin_once(node, timeout_sec=0.05)
+    return bool(predicate())
+
+
+def _publish_string(node, topic: str, text: str, qos, timeout_s: float) -> int:
+    from std_msgs.msg import String
+    pub = node.create_publisher(String, topic, qos)
+    if not _spin_until(node, lambda: pub.get_subscription_count() > 0, timeout_s):
+        print(f'error: nobody subscribes to {topic} (is the graph running in ROS_DOMAIN_ID='
+              f"{os.environ.get('ROS_DOMAIN_ID')}?)", file=sys.stderr)
+        return 2
+    pub.publish(String(data=text))
+    if not pub.wait_for_all_acked(rclpy_duration(timeout_s)):
+        print(f'error: {topic} message not acknowledged within {timeout_s} s', file=sys.stderr)
+        return 2
+    print(f'sent to {topic}: {text}')
+    return 0
+
+
+def rclpy_duration(seconds: float):
+    from rclpy.duration import Duration
+    return Duration(nanoseconds=int(seconds * 1e9))
+
+
+def _cmd_task(node, args) -> int:
+    from lerobot_lang_nodes.nodes import qos
+    text = ' '.join(args.text)
+    if args.direct:
+        text = 'direct: ' + text
+    return _publish_string(node, _topic(args.namespace, 'task'), text, qos.LATCHED, args.timeout)
+
+
+def _cmd_say(node, args) -> int:
+    from lerobot_lang_nodes.nodes import qos
+    return _publish_string(node, _topic(args.namespace, 'interjection'), ' '.join(args.text),
+                           qos.COMMAND, args.timeout)
+
+
+def _call(node, srv_type, name: str, request, timeout_s: float):
+    client = node.create_client(srv_type, name)
+    if not client.wait_for_service(timeout_sec=timeout_s):
+        print(f'error: service {name} not available (is the graph running in ROS_DOMAIN_ID='
+              f"{os.environ.get('ROS_DOMAIN_ID')}?)", file=sys.stderr)
+        return None
+    future = client.call_async(request)
+    if not _spin_until(node, future.done, timeout_s + 30.0):
+        print(f'error: {name} did not answer', file=sys.stderr)
+        return None
+    return future.result()
+
+
+def _cmd_ask(node, args) -> int:
+    from lerobot_lang_msgs.srv import AskVqa
+    reply = _call(node, AskVqa, _topic(args.namespace, 'vqa'),
+                  AskVqa.Request(question=' '.join(args.question), camera=args.camera),
+                  args.timeout)
+    if reply is None:
+        return 2
+    if not reply.success:
+        print(f'error: {reply.message}', file=sys.stderr)
+        return 1
+    print(reply.answer)
+    return 0
+
+
+def _trigger(name: str):
+    def command(node, args) -> int:
+        from std_srvs.srv import Trigger
+        reply = _call(node, Trigger, _topic(args.namespace, name), Trigger.Request(),
+                      args.timeout)
+        if reply is None:
+            return 2
+        print(reply.message)
+        return 0 if reply.success else 1
+    return command
+
+
+def _cmd_status(node, args) -> int:
+    from lerobot_lang_msgs.msg import LanguageContext, RuntimeStatus
+    from lerobot_lang_nodes.nodes import qos
+    got: dict[str, object] = {}
+    node.create_subscription(RuntimeStatus, _topic(args.namespace, 'runtime_status'),
+                             lambda m: got.setdefault('status', m), qos.STATUS)
+    node.create_subscription(LanguageContext, _topic(args.namespace, 'language_context'),
+                             lambda m: got.setdefault('context', m), qos.LATCHED)
+    _spin_until(node, lambda: len(got) == 2, args.timeout)
+    if not got:
+        print('error: no runtime_status or language_context received', file=sys.stderr)
+        return 2
+    ctx = got.get('context')
+    if ctx is not None:
+        print(f'task:     {ctx.task}\nsubtask:  {ctx.subtask}\nmemory:   {ctx.memory}\n'
+              f'plan:     {ctx.plan}\nrevision: {ctx.revision}')
+    st = got.get('status')
+    if st is not None:
+        print(f'mode:     {st.mode}\nqueue:    {st.queue_depth}\ndispatched: {st.dispatched} '
+              f'stale: {st.discarded_stale} invalid: {st.rejected_invalid} '
+              f'starved: {st.starved_ticks}')
+    return 0
+
+
+_COMMANDS = {'task': _cmd_task, 'say': _cmd_say, 'ask': _cmd_ask, 'pause': _trigger('pause'),
+             'resume': _trigger('resume'), 'status': _cmd_status}

@@ -1,0 +1,55 @@
+"""The node graphs (sim, real), defined once for `lerobot-lang` and the launch files."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from lerobot_lang_nodes import paths
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    """One node of a graph: its executable (= node name) and how it is started."""
+
+    name: str                      # node name and console script / `ros2 run` executable
+    module: str                    # `python -m` module with main()
+    required: bool = True          # the bring-up stops everything when a required node dies
+    use_sim_time: bool = False     # follow /clock (every node but the simulator in sim)
+    remaps: tuple[tuple[str, str], ...] = field(default_factory=tuple)
+
+
+SIM = (
+    NodeSpec('sim_bridge', 'lerobot_lang_nodes.nodes.sim_bridge_node'),
+    NodeSpec('planner', 'lerobot_lang_nodes.nodes.planner_node', use_sim_time=True),
+    NodeSpec('policy', 'lerobot_lang_nodes.nodes.policy_node', use_sim_time=True),
+    NodeSpec('viewer', 'lerobot_lang_nodes.nodes.viewer_node', required=False,
+             use_sim_time=True),
+)
+
+REAL = (
+    NodeSpec('so101_driver', 'lerobot_lang_nodes.nodes.so101_driver_node'),
+    NodeSpec('planner', 'lerobot_lang_nodes.nodes.planner_node'),
+    NodeSpec('policy', 'lerobot_lang_nodes.nodes.policy_node'),
+    NodeSpec('viewer', 'lerobot_lang_nodes.nodes.viewer_node', required=False),
+)
+
+GRAPHS: dict[str, tuple[NodeSpec, ...]] = {'sim': SIM, 'real': REAL}
+PARAMS_FILES = {'sim': 'sim.yaml', 'real': 'real.yaml'}
+
+
+def default_params_file(graph: str) -> Path:
+    """The parameters YAML of a graph shipped in config/."""
+    return paths.config_path(PARAMS_FILES[graph])
+
+
+def ros_args(spec: NodeSpec, params_file: Path | None) -> list[str]:
+    """`--ros-args` for one node of a graph (the launch files build the same from a NodeSpec)."""
+    args = ['--ros-args', '-r', f'__node:={spec.name}']
+    if params_file is not None:
+        args += ['--params-file', str(params_file)]
+    if spec.use_sim_time:
+        args += ['-p', 'use_sim_time:=true']
+    for src, dst in spec.remaps:
+        args += ['-r', f'{src}:={dst}']
+    return args

@@ -1,0 +1,1 @@
+"""Thin rclpy nodes wrapping the ROS-free core; one module per executable."""

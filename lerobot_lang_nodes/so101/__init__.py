@@ -1,0 +1,1 @@
+"""ROS-free SO-101 hardware path: Feetech protocol, bus, calibration, units and driver core."""

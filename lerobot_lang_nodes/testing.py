@@ -1,0 +1,228 @@
+"""Helpers for tests and benchmarks: node processes started by PID and an in-process ROS probe.
+
+Used by test/conftest.py and bench/. Importing this module does not import rclpy; RosProbe does.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+
+class WaitTimeout(AssertionError):
+    """A condition did not become true before its deadline."""
+
+
+class NodeProcess:
+    """One node (or any command) in its own process, logging to a file, stopped by its PID."""
+
+    def __init__(self, name: str, argv: Sequence[str], log_path: Path,
+                 env: dict[str, str] | None = None, cwd: str | None = None) -> None:
+        self.name = name
+        self.argv = list(argv)
+        self.log_path = Path(log_path)
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        # A file, not a pipe: a full pipe would block the child.
+        self._log = self.log_path.open('wb')
+        self.proc = subprocess.Popen(self.argv, stdout=self._log, stderr=subprocess.STDOUT,
+                                     env={**(env or os.environ), 'PYTHONUNBUFFERED': '1'},
+                                     cwd=cwd, stdin=subprocess.DEVNULL)
+        self.pid = self.proc.pid
+
+    @property
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    @property
+    def returncode(self) -> int | None:
+        return self.proc.poll()
+
+    def log_text(self, tail: int | None = None) -> str:
+        try:
+            text = self.log_path.read_text(errors='replace')
+        except FileNotFoundError:
+            return ''
+        return text[-tail:] if tail else text
+
+    def stop(self, timeout_s: float = 10.0) -> int | None:
+        """SIGINT (the Ctrl-C path nodes handle), then SIGKILL after ``timeout_s``."""
+        if self.alive:
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                logger.warning('%s (pid %d) ignored SIGINT for %.0f s; killing it',
+                               self.name, self.pid, timeout_s)
+                self.proc.kill()
+                self.proc.wait(timeout=5.0)
+        self._log.close()
+        return self.proc.returncode
+
+    def kill(self) -> None:
+        """SIGKILL: a crash, as tests of the graph's failure handling need."""
+        if self.alive:
+            self.proc.kill()
+            self.proc.wait(timeout=5.0)
+
+
+def node_command(module: str, *ros_args: str, params: dict[str, Any] | None = None,
+                 params_file: str | Path | None = None) -> list[str]:
+    """argv that runs ``python -m module --ros-args ...`` with this interpreter."""
+    argv = [sys.executable, '-m', module]
+    extra: list[str] = []
+    if params_file is not None:
+        extra += ['--params-file', str(params_file)]
+    for key, value in (params or {}).items():
+        extra += ['-p', f'{key}:={format_param(value)}']
+    extra += list(ros_args)
+    if extra:
+        argv += ['--ros-args', *extra]
+    return argv
+
+
+def format_param(value: Any) -> str:
+    """Render a Python value as a `-p name:=value` literal (YAML)."""
+    if isinstance(value, bool):
+        return 'true' if value else 'false'
+    if isinstance(value, str):
+        return value if value else "''"
+    if isinstance(value, (list, tuple)):
+        return '[' + ','.join(format_param(v) if not isinstance(v, str) else repr(v)
+                              for v in value) + ']'
+    return str(value)
+
+
+def wait_until(predicate: Callable[[], Any], timeout_s: float, what: str,
+               processes: Iterable[NodeProcess] = (), poll_s: float = 0.02) -> Any:
+    """Poll ``predicate`` until truthy; fail with ``what`` and the logs of dead processes."""
+    deadline = time.monotonic() + timeout_s
+    procs = list(processes)
+    while True:
+        value = predicate()
+        if value:
+            return value
+        dead = [p for p in procs if not p.alive]
+        if dead or time.monotonic() > deadline:
+            detail = ''.join(f'\n--- {p.name} (pid {p.pid}, exit {p.returncode}) log tail ---\n'
+                             f'{p.log_text(3000)}' for p in (dead or procs))
+            reason = 'a process died' if dead else f'not within {timeout_s:.1f} s'
+            raise WaitTimeout(f'waited for {what}: {reason}{detail}')
+        time.sleep(poll_s)
+
+
+class Collector:
+    """Messages received on one subscription, with a condition to wait on."""
+
+    def __init__(self) -> None:
+        self.messages: list[Any] = []
+        self._cond = threading.Condition()
+
+    def __call__(self, msg: Any) -> None:
+        with self._cond:
+            self.messages.append(msg)
+            self._cond.notify_all()
+
+    def __len__(self) -> int:
+        with self._cond:
+            return len(self.messages)
+
+    @property
+    def last(self) -> Any:
+        with self._cond:
+            return self.messages[-1] if self.messages else None
+
+    def snapshot(self) -> list[Any]:
+        with self._cond:
+            return list(self.messages)
+
+    def wait_for(self, predicate: Callable[[Any], bool] = lambda m: True,
+                 timeout_s: float = 10.0, what: str = 'a message') -> Any:
+        """Return the first message (old or new) matching ``predicate``."""
+        deadline = time.monotonic() + timeout_s
+        with self._cond:
+            while True:
+                for msg in self.messages:
+                    if predicate(msg):
+                        return msg
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise WaitTimeout(f'no {what} within {timeout_s:.1f} s '
+                                      f'({len(self.messages)} messages received)')
+                self._cond.wait(remaining)
+
+
+class RosProbe:
+    """An in-test rclpy node in its own context, spun by a background thread."""
+
+    def __init__(self, name: str = 'test_probe') -> None:
+        import rclpy
+        from rclpy.executors import MultiThreadedExecutor
+        self._rclpy = rclpy
+        self.context = rclpy.Context()
+        rclpy.init(context=self.context)
+        self.node = rclpy.create_node(name, context=self.context)
+        self.executor = MultiThreadedExecutor(num_threads=2, context=self.context)
+        self.executor.add_node(self.node)
+        self._thread = threading.Thread(target=self._spin, name=f'{name}-spin', daemon=True)
+        self._thread.start()
+
+    def _spin(self) -> None:
+        from rclpy.executors import ExternalShutdownException
+        try:
+            self.executor.spin()
+        except ExternalShutdownException:
+            pass
+
+    def subscribe(self, msg_type: Any, topic: str, qos: Any) -> Collector:
+        collector = Collector()
+        self.node.create_subscription(msg_type, topic, collector, qos)
+        return collector
+
+    def publisher(self, msg_type: Any, topic: str, qos: Any, *, wait_subscribers: int = 0,
+                  timeout_s: float = 10.0) -> Any:
+        pub = self.node.create_publisher(msg_type, topic, qos)
+        if wait_subscribers:
+            wait_until(lambda: pub.get_subscription_count() >= wait_subscribers, timeout_s,
+                       f'{wait_subscribers} subscriber(s) on {topic}')
+        return pub
+
+    def wait_for_node(self, name: str, timeout_s: float = 15.0,
+                      processes: Iterable[NodeProcess] = ()) -> None:
+        wait_until(lambda: name in self.node.get_node_names(), timeout_s,
+                   f'node {name!r} in the ROS graph', processes)
+
+    def wait_for_publisher(self, topic: str, timeout_s: float = 15.0,
+                           processes: Iterable[NodeProcess] = ()) -> None:
+        wait_until(lambda: self.node.count_publishers(topic) > 0, timeout_s,
+                   f'a publisher on {topic}', processes)
+
+    def call(self, srv_type: Any, name: str, request: Any, timeout_s: float = 10.0) -> Any:
+        """Call a service and return its response; fails clearly if it is absent or slow."""
+        client = self.node.create_client(srv_type, name)
+        try:
+            if not client.wait_for_service(timeout_sec=timeout_s):
+                raise WaitTimeout(f'service {name} not available within {timeout_s:.1f} s')
+            future = client.call_async(request)
+            done = threading.Event()
+            future.add_done_callback(lambda _f: done.set())
+            if not done.wait(timeout_s):
+                raise WaitTimeout(f'service {name} did not answer within {timeout_s:.1f} s')
+            return future.result()
+        finally:
+            self.node.destroy_client(client)
+
+    def close(self) -> None:
+        self.executor.shutdown(timeout_sec=2.0)
+        self.node.destroy_node()
+        self.context.try_shutdown()
+        self._thread.join(timeout=5.0)

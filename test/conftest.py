@@ -1,0 +1,91 @@
+"""Test session set-up: DDS kept on loopback in a private domain; node-process and probe fixtures."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from lerobot_lang_nodes import dds
+from lerobot_lang_nodes.testing import NodeProcess, RosProbe, node_command
+
+_domain_lease = None
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Reserve a ROS_DOMAIN_ID for this pytest run before any rclpy context exists."""
+    global _domain_lease
+    from domain_coordinator import domain_id
+    _domain_lease = domain_id()
+    domain = _domain_lease.__enter__()
+    # Every process a test starts inherits this: discovery never leaves the machine.
+    os.environ.update(dds.ros_environment(domain_id=domain))
+    os.environ['ROS_AUTOMATIC_DISCOVERY_RANGE'] = 'LOCALHOST'
+    os.environ.setdefault('MUJOCO_GL', 'egl')
+    os.environ.setdefault('AMENT_PREFIX_PATH', sys.prefix)
+    config.stash[_DOMAIN_KEY] = domain
+
+
+_DOMAIN_KEY = pytest.StashKey[int]()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if _domain_lease is not None:
+        _domain_lease.__exit__(None, None, None)
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    return (f"ROS_DOMAIN_ID={os.environ.get('ROS_DOMAIN_ID')} "
+            f"ROS_AUTOMATIC_DISCOVERY_RANGE={os.environ.get('ROS_AUTOMATIC_DISCOVERY_RANGE')}")
+
+
+class NodeLauncher:
+    """Starts nodes as separate processes and stops every one of them by PID at teardown."""
+
+    def __init__(self, log_dir: Path) -> None:
+        self.log_dir = log_dir
+        self.processes: list[NodeProcess] = []
+
+    def __call__(self, module: str, *ros_args: str, name: str | None = None,
+                 params: dict | None = None, params_file: str | Path | None = None,
+                 env: dict[str, str] | None = None) -> NodeProcess:
+        name = name or module.rsplit('.', 1)[-1]
+        argv = node_command(module, *ros_args, params=params, params_file=params_file)
+        proc = NodeProcess(name, argv, self.log_dir / f'{name}.log',
+                           env={**os.environ, **(env or {})})
+        self.processes.append(proc)
+        return proc
+
+    def command(self, argv: list[str], name: str, env: dict[str, str] | None = None
+                ) -> NodeProcess:
+        proc = NodeProcess(name, argv, self.log_dir / f'{name}.log',
+                           env={**os.environ, **(env or {})})
+        self.processes.append(proc)
+        return proc
+
+    def stop_all(self) -> None:
+        for proc in reversed(self.processes):
+            proc.stop()
+
+
+@pytest.fixture
+def launch_node(tmp_path: Path) -> Iterator[NodeLauncher]:
+    """Factory: ``launch_node('lerobot_lang_nodes.nodes.planner_node', params={...})``."""
+    launcher = NodeLauncher(tmp_path / 'logs')
+    try:
+        yield launcher
+    finally:
+        launcher.stop_all()
+
+
+@pytest.fixture
+def probe() -> Iterator[RosProbe]:
+    """An in-test rclpy node (own context, spun in a thread) to publish, subscribe and call."""
+    p = RosProbe()
+    try:
+        yield p
+    finally:
+        p.close()
