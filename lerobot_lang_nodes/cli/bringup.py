@@ -123,14 +123,18 @@ def _viewer_url(params_file: Path) -> str:
 def _supervise(command: str, args: argparse.Namespace, procs: list[Supervised],
                stopping: threading.Event, viewer_url: str) -> int:
     import rclpy
-    from std_msgs.msg import Bool, String
+    from std_msgs.msg import String
 
+    from lerobot_lang_msgs.msg import TaskOutcome
     from lerobot_lang_nodes.nodes import qos
     rclpy.init()
     node = rclpy.create_node('lerobot_lang_bringup')
     succeeded = threading.Event()
-    node.create_subscription(Bool, 'task_success', lambda m: m.data and succeeded.set(),
-                             qos.LATCHED)
+    def on_outcome(msg: TaskOutcome) -> None:
+        if msg.success and args.task and msg.goal:
+            succeeded.set()
+
+    node.create_subscription(TaskOutcome, 'task_outcome', on_outcome, qos.LATCHED)
     task_pub = node.create_publisher(String, 'task', qos.LATCHED)
     task_sent = not args.task
     viewer_url_printed = False

@@ -28,12 +28,12 @@ import math
 import threading
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
 
-from .errors import InvalidChunk, config_error
+from .errors import ConfigError, InvalidChunk, config_error
 
 logger = logging.getLogger(__name__)
 
@@ -110,7 +110,11 @@ class Chunk:
                 f'chunk horizon={horizon} and action_dim={action_dim} must both be >= 1; '
                 'an empty chunk carries no action',
                 reason=f'empty chunk (horizon={horizon}, action_dim={action_dim})')
-        flat = np.asarray(values, dtype=np.float64).reshape(-1)
+        try:
+            flat = np.asarray(values, dtype=np.float64).reshape(-1)
+        except (TypeError, ValueError) as exc:
+            raise InvalidChunk(f'chunk values are not numeric ({exc}); send a flat list of floats',
+                               reason=f'values not numeric: {exc}') from exc
         expected = int(horizon) * int(action_dim)
         if flat.size != expected:
             raise InvalidChunk(
@@ -392,12 +396,13 @@ class ChunkExecutor:
             if self.cfg.time_align and now_s > chunk.stamp_s:
                 # Action i is due during [stamp + i*period, stamp + (i+1)*period): only slots
                 # that have fully elapsed are skipped, so the action due now is kept.
-                skipped = int(math.floor((now_s - chunk.stamp_s) / period + _TIME_EPS))
-                if skipped >= chunk.horizon:
+                slots = (now_s - chunk.stamp_s) / period + _TIME_EPS
+                if not math.isfinite(slots) or slots >= chunk.horizon:
                     return self._stale(
                         chunk, f'expired: all {chunk.horizon} actions are in the past '
                                f'(age {now_s - chunk.stamp_s:.3f} s >= '
                                f'{chunk.horizon} * {period:.4f} s)')
+                skipped = int(math.floor(slots))
             new = [_Entry(chunk.sequence, chunk.revision, i, chunk.values[i], chunk.instruction)
                    for i in range(skipped, chunk.horizon)]
             self._merge(new)
@@ -428,7 +433,7 @@ class ChunkExecutor:
         self._dropped += max(0, len(old) - len(new)) if self.cfg.replace == 'blend' else len(old)
         self._queue.clear()
         if self.cfg.replace == 'tail':
-            self._queue.extend(new)
+            self._queue.extend(old + new)
             return
         w = self.cfg.blend_new_weight
         for k, entry in enumerate(new):
@@ -505,6 +510,9 @@ class ChunkExecutor:
 
     def _observe_clock(self, now_s: float) -> None:
         now_s = float(now_s)
+        if not math.isfinite(now_s):
+            raise ConfigError(f'now_s: got {now_s!r}, expected a finite time in seconds; '
+                              'pass the node clock reading', field='now_s')
         last = self._last_now_s
         if last is not None and now_s < last:
             # The clock went backwards (e.g. a simulator reset): keep a burst's remaining
@@ -538,7 +546,9 @@ class ChunkExecutor:
             if self._last_dispatch_s is not None:
                 elapsed = now_s - self._last_dispatch_s
                 if elapsed > self._period:
-                    n = max(1, min(len(self._queue), round(elapsed * self.cfg.ctrl_hz)))
+                    due = elapsed * self.cfg.ctrl_hz
+                    # Compare before rounding: a huge clock jump must not overflow round().
+                    n = len(self._queue) if due >= len(self._queue) else max(1, round(due))
             for _ in range(n):
                 entry = self._queue.popleft()
             self._dispatched += n

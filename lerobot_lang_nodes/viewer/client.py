@@ -35,6 +35,35 @@ def decode_jpeg(data: bytes) -> np.ndarray:
         return np.asarray(img.convert('RGB'))
 
 
+def read_multipart_part(fp, boundary: str) -> tuple[dict[str, str], bytes]:
+    """Read one part (lower-cased headers, body) of a multipart body from file object ``fp``."""
+    marker = b'--' + boundary.encode()
+    while True:  # skip the CRLF after the previous body and any preamble
+        line = fp.readline()
+        if not line:
+            raise EOFError('MJPEG stream ended')
+        if line.rstrip(b'\r\n') == marker:
+            break
+        if line.rstrip(b'\r\n') == marker + b'--':
+            raise EOFError('MJPEG stream closed by the server')
+    headers: dict[str, str] = {}
+    while True:
+        line = fp.readline()
+        if not line:
+            raise EOFError('MJPEG stream ended inside part headers')
+        if line in (b'\r\n', b'\n'):
+            break
+        key, _, value = line.decode('latin-1').partition(':')
+        headers[key.strip().lower()] = value.strip()
+    if 'content-length' not in headers:
+        raise MjpegClientError('MJPEG part without Content-Length')
+    length = int(headers['content-length'])
+    body = fp.read(length)
+    if len(body) != length:
+        raise EOFError('MJPEG stream ended inside a part body')
+    return headers, body
+
+
 class MjpegStreamReader:
     """Reads the parts of a multipart/x-mixed-replace JPEG stream one at a time."""
 
@@ -53,35 +82,10 @@ class MjpegStreamReader:
             self.close()
             raise MjpegClientError(f'{path}: no boundary in Content-Type {ctype!r}')
         self.boundary = boundary
-        self._marker = b'--' + boundary.encode()
 
     def read_part(self) -> tuple[dict[str, str], bytes]:
         """Return the next part's (lower-cased headers, body); raises EOFError at the end."""
-        fp = self._resp
-        while True:  # skip the CRLF after the previous body and any preamble
-            line = fp.readline()
-            if not line:
-                raise EOFError('MJPEG stream ended')
-            if line.rstrip(b'\r\n') == self._marker:
-                break
-            if line.rstrip(b'\r\n') == self._marker + b'--':
-                raise EOFError('MJPEG stream closed by the server')
-        headers: dict[str, str] = {}
-        while True:
-            line = fp.readline()
-            if not line:
-                raise EOFError('MJPEG stream ended inside part headers')
-            if line in (b'\r\n', b'\n'):
-                break
-            key, _, value = line.decode('latin-1').partition(':')
-            headers[key.strip().lower()] = value.strip()
-        if 'content-length' not in headers:
-            raise MjpegClientError('MJPEG part without Content-Length')
-        length = int(headers['content-length'])
-        body = fp.read(length)
-        if len(body) != length:
-            raise EOFError('MJPEG stream ended inside a part body')
-        return headers, body
+        return read_multipart_part(self._resp, self.boundary)
 
     def read_frame(self) -> tuple[dict[str, str], np.ndarray]:
         """Return the next part decoded as an RGB array."""

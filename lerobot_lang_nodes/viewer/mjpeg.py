@@ -26,6 +26,9 @@ PLACEHOLDER_TEXT = 'waiting for cameras...'
 _KEEPALIVE_S = 1.0
 # A client that accepts no bytes for this long is dropped instead of holding its thread forever.
 _CLIENT_SEND_TIMEOUT_S = 10.0
+# A small kernel send buffer per stream, so a slow reader waits on a few frames in flight
+# rather than seconds of stale ones: the server then skips to the newest frame.
+_STREAM_SNDBUF = 128 * 1024
 # Broken pipes, resets and socket timeouts are all OSErrors: the client is gone either way.
 _CLIENT_GONE = OSError
 
@@ -199,6 +202,10 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header('Pragma', 'no-cache')
         self.send_header('Connection', 'close')
         self.end_headers()
+        try:
+            self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, _STREAM_SNDBUF)
+        except OSError:  # not every platform lets us shrink it; the stream still works
+            pass
         owner._stream_started()
         try:
             last = -1

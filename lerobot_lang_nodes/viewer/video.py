@@ -41,6 +41,7 @@ def write_png_atomic(path: PathLike, frame: np.ndarray, compress_level: int = 1)
     # The temp file lives in the same directory: os.replace is atomic only within a filesystem.
     fd, tmp = tempfile.mkstemp(prefix=f'.{path.name}.', suffix='.tmp', dir=path.parent)
     try:
+        os.fchmod(fd, 0o644)  # mkstemp makes it 0600; the PNG is meant to be looked at
         with os.fdopen(fd, 'wb') as f:
             img.save(f, format='PNG', compress_level=compress_level)
         os.replace(tmp, path)
@@ -68,7 +69,7 @@ class LatestPngWriter:
         self.frames_written = 0
 
     def submit(self, frame: np.ndarray) -> bool:
-        """Count ``frame``; write it if it is the 1st, (n+1)th, ... one. Returns True if written."""
+        """Count ``frame``; write every ``every_n``-th one, the first included. True if written."""
         write = self.frames_seen % self.every_n == 0
         self.frames_seen += 1
         if write:

@@ -1,0 +1,1 @@
+"""Backends (planners, policies, simulators) behind a lazy registry."""

@@ -1,0 +1,1 @@
+"""High-level planner backends (TextGenerator implementations)."""

@@ -1,0 +1,1 @@
+"""Action policy backends (chunk producers)."""

@@ -1,0 +1,40 @@
+"""`scripted` policy: the MuJoCo scene's IK expert as an action-policy backend.
+
+A privileged sim expert: it reads the simulator's ground truth (object poses) instead of
+images, and returns H-step joint-position chunks in radians for the active instruction.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+
+class ScriptedSimExpert:
+    """Policy backend wrapping lerobot_lang_nodes.sim.expert.ScriptedExpert."""
+
+    def __init__(self, cfg: Any) -> None:
+        from lerobot_lang_nodes.sim.expert import ExpertConfig, ScriptedExpert
+        from lerobot_lang_nodes.sim.scene import JOINT_NAMES, SceneConfig, build_model
+        self.action_names = tuple(JOINT_NAMES)
+        horizon = int(getattr(cfg, 'chunk_horizon', 15))
+        ctrl_hz = float(getattr(cfg, 'ctrl_hz', 30.0))
+        # The IK model only: no renderer, and its own MjData so the simulator is untouched.
+        self._expert = ScriptedExpert(build_model(SceneConfig()),
+                                      ExpertConfig(horizon=horizon, ctrl_hz=ctrl_hz))
+
+    def infer(self, observation: dict[str, Any]) -> np.ndarray:
+        """(H, 6) joint targets for observation['instruction']."""
+        truth = observation.get('ground_truth')
+        if not truth:
+            raise RuntimeError('the scripted sim expert needs sim/ground_truth; is sim_bridge '
+                               'running and ground_truth_topic set?')
+        names = list(observation['joint_names'])
+        positions = np.asarray(observation['joint_positions'], dtype=np.float64)
+        try:
+            q = positions[[names.index(n) for n in self.action_names]]
+        except ValueError as exc:
+            raise RuntimeError(f'joint_states lacks a joint of {list(self.action_names)}: '
+                               f'got {names}') from exc
+        return self._expert.act(observation['instruction'], q, truth)

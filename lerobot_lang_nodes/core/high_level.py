@@ -1,0 +1,210 @@
+"""The hierarchical language loop (subtask, memory, interjection, VQA) that a planner node wraps.
+
+The planner never raises because of the text generator: a generator exception is logged,
+counted in ``failures[kind]`` and turned into "no new text", so the control loop keeps running.
+Generator calls are serialised by a lock, since one model may serve several callers.
+
+A generation that took long is applied only if the language context did not change while it
+ran (``expected_revision``): a subtask computed for the previous task must not overwrite the
+new task's context.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+from . import prompts
+from .errors import config_error
+from .language import LanguageState, RegenThrottle, split_say
+
+logger = logging.getLogger(__name__)
+
+KINDS = ('subtask', 'memory', 'interjection', 'vqa')
+
+
+@runtime_checkable
+class TextGenerator(Protocol):
+    """Generates one text of ``kind`` from chat ``messages`` and the current observation."""
+
+    def generate(self, kind: str, messages: list[dict], observation: Mapping | None) -> str:
+        """Return the decoded text ('' when the model produced nothing)."""
+        ...
+
+
+@dataclass
+class HighLevelConfig:
+    """Settings of the high-level loop; the generation settings are passed to the generator."""
+
+    chunks_per_regen: int = 1
+    high_level_hz: float = 1.0
+    enable_memory: bool = True
+    direct_subtask: bool = False
+    min_new_tokens: int = 0
+    temperature: float = 0.0
+    top_p: float = 1.0
+
+    def __post_init__(self) -> None:
+        # RegenThrottle validates chunks_per_regen and high_level_hz with the same messages.
+        RegenThrottle(self.chunks_per_regen, self.high_level_hz)
+        if isinstance(self.min_new_tokens, bool) or not isinstance(self.min_new_tokens, int) \
+                or self.min_new_tokens < 0:
+            raise config_error('min_new_tokens', self.min_new_tokens, 'an integer >= 0')
+        if not isinstance(self.temperature, (int, float)) or not math.isfinite(self.temperature) \
+                or self.temperature < 0:
+            raise config_error('temperature', self.temperature, 'a number >= 0 (0 = greedy)')
+        if not isinstance(self.top_p, (int, float)) or not 0.0 < self.top_p <= 1.0:
+            raise config_error('top_p', self.top_p, 'a number in (0, 1]', 'use 1.0 to disable')
+
+    def generation_kwargs(self) -> dict[str, Any]:
+        """The decoding settings as keyword arguments for a generator backend."""
+        return {'min_new_tokens': self.min_new_tokens, 'temperature': self.temperature,
+                'top_p': self.top_p}
+
+
+class HighLevelPlanner:
+    """Throttled subtask/memory regeneration plus interjection and VQA handling."""
+
+    def __init__(self, generator: TextGenerator, state: LanguageState | None = None,
+                 cfg: HighLevelConfig | None = None) -> None:
+        self.generator = generator
+        self.state = state if state is not None else LanguageState()
+        self.cfg = cfg or HighLevelConfig()
+        self.throttle = RegenThrottle(self.cfg.chunks_per_regen, self.cfg.high_level_hz)
+        self.failures: dict[str, int] = {}
+        self.discarded: dict[str, int] = {}  # generations dropped because the context moved
+        self.last_raw: dict[str, str] = {}
+        self.last_outcome = ''
+        self._direct = self.cfg.direct_subtask
+        self._gen_lock = threading.RLock()
+
+    @property
+    def direct(self) -> bool:
+        """True while the operator's text is the subtask (no subtask generation)."""
+        return self._direct
+
+    def set_task(self, task: str, direct_subtask: bool = False) -> bool:
+        """Set the operator's task; in direct mode it also becomes the subtask at once."""
+        self._direct = bool(direct_subtask or self.cfg.direct_subtask)
+        changed = self.state.set_task(task, source='operator')
+        if changed:
+            self.throttle.reset()
+        if self._direct and self.state.task:
+            changed = self.state.set_subtask(self.state.task, source='operator') == 'changed' \
+                or changed
+        return changed
+
+    def on_chunk_boundary(self, now_s: float, observation: Mapping | None = None) -> bool:
+        """Note an action-chunk boundary; regenerate when the throttle allows.
+
+        Returns whether a regeneration ran (whatever its outcome; see ``last_outcome``).
+        Nothing runs in direct mode, while paused, or without a task.
+        """
+        self.throttle.note_chunk()
+        if self._direct or self.state.mode != 'action' or not self.state.task:
+            return False
+        if not self.throttle.due(now_s):
+            return False
+        self.regenerate(now_s, observation)
+        return True
+
+    def regenerate(self, now_s: float, observation: Mapping | None = None) -> str:
+        """Unthrottled: generate the subtask, then memory if the subtask changed.
+
+        Returns 'changed', 'repeat', 'empty', 'failed', 'stale' or 'skipped' (no task).
+        """
+        self.throttle.mark(now_s)
+        with self._gen_lock:
+            snap = self.state.snapshot()
+            if not snap.task:
+                self.last_outcome = 'skipped'
+                return self.last_outcome
+            text = self._generate('subtask', prompts.subtask_messages(snap.task), observation)
+            if text is None:
+                self.last_outcome = 'failed'
+                return self.last_outcome
+            outcome = self.state.set_subtask(text, source='planner',
+                                             expected_revision=snap.revision)
+            if outcome == 'stale':
+                self._count(self.discarded, 'subtask')
+            if outcome == 'changed' and self.cfg.enable_memory:
+                self._regenerate_memory(observation)
+            self.last_outcome = outcome
+            return outcome
+
+    def _regenerate_memory(self, observation: Mapping | None) -> None:
+        snap = self.state.snapshot()
+        messages = prompts.memory_messages(snap.task, snap.memory, snap.prior_subtask)
+        text = self._generate('memory', messages, observation)
+        if text is None:
+            return
+        if not text.strip():
+            self.state.record_empty('memory')
+            return
+        if snap.revision != self.state.revision:
+            self._count(self.discarded, 'memory')
+            return
+        self.state.set_memory(text, expected_revision=snap.revision)
+
+    def interject(self, text: str, observation: Mapping | None = None) -> tuple[str, str]:
+        """Regenerate the plan from a user interjection; returns ``(plan, speech)``.
+
+        The plan (without the ``<say>`` part) is stored in the state; the speech is for the
+        caller to publish. ``('', '')`` on failure or empty output.
+        """
+        if not (text or '').strip():
+            return '', ''
+        with self._gen_lock:
+            snap = self.state.snapshot()
+            messages = prompts.interjection_messages(snap.task, text.strip())
+            out = self._generate('interjection', messages, observation)
+            if out is None:
+                return '', ''
+            plan, speech = split_say(out)
+            if not plan and not speech:
+                self.state.record_empty('interjection')
+                return '', ''
+            if plan and not self.state.set_plan(plan, expected_revision=snap.revision) \
+                    and self.state.revision != snap.revision:
+                self._count(self.discarded, 'interjection')
+            return plan, speech
+
+    def answer_vqa(self, question: str, image: Any, camera: str = '',
+                   observation: Mapping | None = None) -> str:
+        """Answer a question about ``image``; '' on failure or empty output (counted)."""
+        with self._gen_lock:
+            out = self._generate('vqa', prompts.vqa_messages(question, image, camera),
+                                 observation)
+        if out is None:
+            return ''
+        answer = out.strip()
+        if not answer:
+            self.state.record_empty('vqa')
+        return answer
+
+    def _generate(self, kind: str, messages: list[dict], observation: Mapping | None
+                  ) -> str | None:
+        """Call the generator; None (and a counted failure) when it raised or returned junk."""
+        try:
+            out = self.generator.generate(kind, messages, observation)
+        except Exception as exc:  # noqa: BLE001 - generation failures must not stop the loop
+            self._count(self.failures, kind)
+            logger.warning('%s generation failed (%s in total): %s: %s', kind,
+                           self.failures[kind], type(exc).__name__, exc)
+            return None
+        if out is None:
+            out = ''
+        if not isinstance(out, str):
+            self._count(self.failures, kind)
+            logger.warning('%s generation returned %s, expected str', kind, type(out).__name__)
+            return None
+        self.last_raw[kind] = out
+        return out
+
+    @staticmethod
+    def _count(table: dict[str, int], kind: str) -> None:
+        table[kind] = table.get(kind, 0) + 1

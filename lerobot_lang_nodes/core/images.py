@@ -1,0 +1,46 @@
+"""Raw image buffers (as sensor_msgs/Image carries them) to and from RGB numpy arrays."""
+
+from __future__ import annotations
+
+import numpy as np
+
+# encoding -> (channels, reorder to RGB)
+_ENCODINGS = {'rgb8': (3, None), 'bgr8': (3, [2, 1, 0]), 'mono8': (1, None),
+              'rgba8': (4, [0, 1, 2]), 'bgra8': (4, [2, 1, 0])}
+SUPPORTED_ENCODINGS = tuple(_ENCODINGS)
+
+
+class ImageFormatError(ValueError):
+    """An image buffer cannot be read as the encoding and size it claims."""
+
+
+def to_rgb(encoding: str, height: int, width: int, step: int, data: bytes | memoryview
+           ) -> np.ndarray:
+    """Return an HxWx3 uint8 RGB copy of a raw image buffer."""
+    if encoding not in _ENCODINGS:
+        raise ImageFormatError(f'image encoding {encoding!r} is not supported; use one of '
+                               f'{list(SUPPORTED_ENCODINGS)}')
+    channels, order = _ENCODINGS[encoding]
+    if height <= 0 or width <= 0 or step < width * channels:
+        raise ImageFormatError(f'image {width}x{height} {encoding} with step {step}: step must '
+                               f'be >= width*{channels} and sizes > 0')
+    buf = np.frombuffer(data, dtype=np.uint8)
+    if buf.size < step * height:
+        raise ImageFormatError(f'image {width}x{height} {encoding} needs {step * height} bytes '
+                               f'(step {step}), got {buf.size}')
+    rows = buf[:step * height].reshape(height, step)[:, :width * channels]
+    img = rows.reshape(height, width, channels)
+    if channels == 1:
+        return np.repeat(img, 3, axis=2)
+    if order is not None:
+        img = img[:, :, order]
+    return np.ascontiguousarray(img)
+
+
+def from_rgb(image: np.ndarray) -> tuple[int, int, int, bytes]:
+    """(height, width, step, data) of an HxWx3 uint8 RGB array, for an rgb8 message."""
+    if image.ndim != 3 or image.shape[2] != 3 or image.dtype != np.uint8:
+        raise ImageFormatError(f'expected an HxWx3 uint8 RGB array, got shape {image.shape} '
+                               f'dtype {image.dtype}')
+    h, w, _ = image.shape
+    return h, w, w * 3, np.ascontiguousarray(image).tobytes()

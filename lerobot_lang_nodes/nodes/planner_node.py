@@ -1,0 +1,368 @@
+"""`planner` node: task -> subtasks, memory, interjection replies and VQA answers over ROS.
+
+All language logic lives in core.high_level.HighLevelPlanner; this node feeds it messages and
+publishes its state. Generation runs on one worker thread, never on an executor thread.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import logging
+import queue
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from rclpy.action import ActionServer, CancelResponse, GoalResponse
+from rclpy.callback_groups import MutuallyExclusiveCallbackGroup, ReentrantCallbackGroup
+from rclpy.node import Node
+from sensor_msgs.msg import Image
+from std_msgs.msg import String
+from std_srvs.srv import Trigger
+
+from lerobot_lang_msgs.action import RunTask
+from lerobot_lang_msgs.msg import ActionChunk, LanguageContext, RuntimeStatus, TaskOutcome
+from lerobot_lang_msgs.srv import AskVqa
+from lerobot_lang_nodes.backends.registry import known, load_backend
+from lerobot_lang_nodes.core.high_level import HighLevelConfig, HighLevelPlanner
+from lerobot_lang_nodes.core.images import ImageFormatError
+from lerobot_lang_nodes.core.language import LanguageSnapshot, LanguageState
+from lerobot_lang_nodes.nodes import convert, qos, runner
+from lerobot_lang_nodes.nodes.params import declare_config, reject_unknown_parameters
+
+logger = logging.getLogger(__name__)
+
+DIRECT_PREFIX = 'direct:'
+
+
+@dataclass(frozen=True)
+class PlannerConfig:
+    """Parameters of the planner node."""
+
+    backend: str = field(default='scripted', metadata={
+        'doc': 'Planner backend (text generator); see backends/registry.py.', 'read_only': True})
+    model_path: str = field(default='', metadata={
+        'doc': 'Checkpoint directory or file for model backends; unused by `scripted`.',
+        'read_only': True})
+    chunks_per_regen: int = field(default=1, metadata={
+        'doc': 'Regenerate the subtask at most every N action chunks.', 'range': (1, 1000)})
+    high_level_hz: float = field(default=1.0, metadata={
+        'doc': 'Regenerate the subtask at most this often (Hz).', 'range': (0.01, 100.0)})
+    enable_memory: bool = field(default=True, metadata={
+        'doc': 'Regenerate the memory note when the subtask changes.'})
+    direct_subtask: bool = field(default=False, metadata={
+        'doc': 'Use every task text as the subtask directly (no generation). A single task '
+               'can also ask for it with the prefix "direct:".'})
+    min_new_tokens: int = field(default=0, metadata={'doc': 'Generation: minimum new tokens.'})
+    temperature: float = field(default=0.0, metadata={
+        'doc': 'Generation temperature; 0 = greedy.', 'range': (0.0, 10.0)})
+    top_p: float = field(default=1.0, metadata={
+        'doc': 'Generation nucleus sampling mass; 1 disables.', 'range': (0.0, 1.0)})
+    cameras: tuple[str, ...] = field(default=('front', 'wrist'), metadata={
+        'doc': 'Cameras whose latest frame the planner keeps for generation and VQA.'})
+    default_camera: str = field(default='front', metadata={
+        'doc': 'Camera used by VQA when the request names none.'})
+    image_topic_pattern: str = field(default='cameras/{name}/image_raw', metadata={
+        'doc': 'Image topic of each camera; {name} is replaced by the camera name.'})
+    ground_truth_topic: str = field(default='sim/ground_truth', metadata={
+        'doc': 'Simulator ground truth (JSON in std_msgs/String) for the scripted backend; '
+               'empty disables.'})
+    vqa_pause: bool = field(default=True, metadata={
+        'doc': 'Pause the robot (and clear its queue) before answering a question.'})
+    pause_service: str = field(default='pause', metadata={
+        'doc': 'std_srvs/Trigger service of the executor that pauses the robot.'})
+    service_timeout_s: float = field(default=5.0, metadata={
+        'doc': 'How long VQA waits for the pause service.', 'range': (0.1, 60.0)})
+    feedback_hz: float = field(default=2.0, metadata={
+        'doc': 'RunTask feedback and progress check rate (Hz).', 'range': (0.1, 50.0)})
+
+
+class PlannerNode(Node):
+    """ROS adapter for HighLevelPlanner."""
+
+    def __init__(self) -> None:
+        self._worker: threading.Thread | None = None
+        self._jobs: queue.Queue = queue.Queue()
+        super().__init__('planner')
+        self.cfg = declare_config(self, PlannerConfig)
+        reject_unknown_parameters(self)
+        backend_cls = load_backend('planner', self.cfg.backend)
+        self.generator = backend_cls(self.cfg)
+        hl_cfg = HighLevelConfig(chunks_per_regen=self.cfg.chunks_per_regen,
+                                 high_level_hz=self.cfg.high_level_hz,
+                                 enable_memory=self.cfg.enable_memory,
+                                 direct_subtask=self.cfg.direct_subtask,
+                                 min_new_tokens=self.cfg.min_new_tokens,
+                                 temperature=self.cfg.temperature, top_p=self.cfg.top_p)
+        self.state = LanguageState()
+        self.planner = HighLevelPlanner(self.generator, self.state, hl_cfg)
+        self._lock = threading.Lock()
+        self._images: dict[str, Any] = {}
+        self._ground_truth: dict | None = None
+        self._outcome: TaskOutcome | None = None
+        self._published: LanguageSnapshot | None = None
+        self._subtask_history: list[str] = []
+
+        cb = ReentrantCallbackGroup()
+        self._ctx_pub = self.create_publisher(LanguageContext, 'language_context', qos.LATCHED)
+        self._text_pubs = {k: self.create_publisher(String, k, qos.LATCHED)
+                           for k in ('subtask', 'memory', 'plan')}
+        self._speech_pub = self.create_publisher(String, 'speech', qos.COMMAND)
+        self.create_subscription(String, 'task', self._on_task, qos.LATCHED)
+        self.create_subscription(String, 'interjection', self._on_interjection, qos.COMMAND)
+        self.create_subscription(ActionChunk, 'action_chunk', self._on_chunk, qos.COMMAND)
+        self.create_subscription(RuntimeStatus, 'runtime_status', self._on_status, qos.STATUS)
+        self.create_subscription(TaskOutcome, 'task_outcome', self._on_outcome, qos.LATCHED)
+        for cam in self.cfg.cameras:
+            topic = self.cfg.image_topic_pattern.format(name=cam)
+            self.create_subscription(Image, topic, lambda m, c=cam: self._on_image(c, m),
+                                     qos.SENSOR)
+        if self.cfg.ground_truth_topic:
+            self.create_subscription(String, self.cfg.ground_truth_topic, self._on_ground_truth,
+                                     qos.LATCHED)
+        self._pause_client = self.create_client(Trigger, self.cfg.pause_service,
+                                                callback_group=MutuallyExclusiveCallbackGroup())
+        self.create_service(AskVqa, 'vqa', self._on_vqa, callback_group=cb)
+        self._action = ActionServer(self, RunTask, 'run_task', self._run_task,
+                                    goal_callback=self._on_goal,
+                                    cancel_callback=lambda _g: CancelResponse.ACCEPT,
+                                    callback_group=cb)
+        self._worker = threading.Thread(target=self._work, name='planner-generation',
+                                        daemon=True)
+        self._worker.start()
+        self._publish_context(force=True)
+        self.get_logger().info(f'planner ready: backend={self.cfg.backend!r} (known: '
+                               f"{known('planner')}), chunks_per_regen="
+                               f'{self.cfg.chunks_per_regen}, high_level_hz='
+                               f'{self.cfg.high_level_hz}, memory={self.cfg.enable_memory}')
+
+    # --- inputs -------------------------------------------------------------------------
+    def _now_s(self) -> float:
+        return self.get_clock().now().nanoseconds * 1e-9
+
+    def _on_image(self, camera: str, msg: Image) -> None:
+        try:
+            rgb = convert.image_to_rgb(msg)
+        except ImageFormatError as exc:
+            self.get_logger().warning(f'camera {camera}: {exc}', throttle_duration_sec=5.0)
+            return
+        with self._lock:
+            self._images[camera] = rgb
+
+    def _on_ground_truth(self, msg: String) -> None:
+        try:
+            truth = json.loads(msg.data)
+        except ValueError as exc:
+            self.get_logger().warning(f'{self.cfg.ground_truth_topic}: not JSON ({exc})',
+                                      throttle_duration_sec=5.0)
+            return
+        with self._lock:
+            self._ground_truth = truth
+
+    def _on_outcome(self, msg: TaskOutcome) -> None:
+        with self._lock:
+            self._outcome = msg
+
+    def _on_task(self, msg: String) -> None:
+        text = msg.data.strip()
+        direct = text.lower().startswith(DIRECT_PREFIX)
+        if direct:
+            text = text[len(DIRECT_PREFIX):].strip()
+        self._submit(self._job_set_task, text, direct)
+
+    def _on_interjection(self, msg: String) -> None:
+        if not msg.data.strip():
+            self.get_logger().warning('ignored an empty interjection')
+            return
+        self._submit(self._job_interject, msg.data)
+
+    def _on_chunk(self, _msg: ActionChunk) -> None:
+        self._submit(self._job_chunk_boundary)
+
+    def _on_status(self, msg: RuntimeStatus) -> None:
+        if msg.mode in ('action', 'paused') and msg.mode != self.state.mode:
+            self._submit(self._job_set_mode, msg.mode)
+
+    # --- worker -------------------------------------------------------------------------
+    def _submit(self, fn, *args) -> concurrent.futures.Future:
+        future: concurrent.futures.Future = concurrent.futures.Future()
+        self._jobs.put((fn, args, future))
+        return future
+
+    def _work(self) -> None:
+        while True:
+            item = self._jobs.get()
+            if item is None:
+                return
+            fn, args, future = item
+            try:
+                future.set_result(fn(*args))
+            except Exception as exc:  # noqa: BLE001 - a bad job must not kill the worker
+                self.get_logger().error(f'{fn.__name__} failed: {type(exc).__name__}: {exc}')
+                future.set_exception(exc)
+            self._publish_context()
+
+    def observation(self) -> dict[str, Any]:
+        """What the generator sees: latest images, simulator truth, the language state."""
+        with self._lock:
+            return {'images': dict(self._images), 'ground_truth': self._ground_truth,
+                    'language': self.state.snapshot(), 'time_s': self._now_s()}
+
+    def _job_set_task(self, text: str, direct: bool) -> None:
+        self.planner.set_task(text, direct_subtask=direct)
+        self._subtask_history = [self.state.subtask] if self.state.subtask else []
+        self.get_logger().info(f'task: {text!r}' + (' (direct subtask)' if direct else ''))
+        if text and not self.planner.direct:
+            self.planner.regenerate(self._now_s(), self.observation())
+
+    def _job_interject(self, text: str) -> None:
+        plan, speech = self.planner.interject(text, self.observation())
+        self.get_logger().info(f'interjection {text!r} -> plan {plan!r}, speech {speech!r}')
+        if speech:
+            self._speech_pub.publish(String(data=speech))
+        if plan and not self.planner.direct:
+            # Re-plan now rather than at the next throttled boundary: the operator is waiting.
+            self.planner.regenerate(self._now_s(), self.observation())
+
+    def _job_chunk_boundary(self) -> None:
+        self.planner.on_chunk_boundary(self._now_s(), self.observation())
+
+    def _job_set_mode(self, mode: str) -> None:
+        if self.state.set_mode(mode):
+            self.get_logger().info(f'run mode: {mode}')
+
+    def _publish_context(self, force: bool = False) -> None:
+        snap = self.state.snapshot()
+        prev = self._published
+        if not force and prev == snap:
+            return
+        self._published = snap
+        if snap.subtask and (not self._subtask_history or self._subtask_history[-1] !=
+                             snap.subtask):
+            self._subtask_history.append(snap.subtask)
+        msg = LanguageContext(task=snap.task, subtask=snap.subtask,
+                              prior_subtask=snap.prior_subtask, memory=snap.memory,
+                              plan=snap.plan, revision=snap.revision, source=snap.source)
+        msg.header.stamp = self.get_clock().now().to_msg()
+        self._ctx_pub.publish(msg)
+        for key, pub in self._text_pubs.items():
+            if prev is None or getattr(prev, key) != getattr(snap, key):
+                pub.publish(String(data=getattr(snap, key)))
+        if prev is None or (prev.subtask, prev.memory) != (snap.subtask, snap.memory):
+            self.get_logger().info(f'rev {snap.revision}: subtask={snap.subtask!r} '
+                                   f'memory={snap.memory!r}')
+
+    # --- VQA ----------------------------------------------------------------------------
+    def _pause_robot(self) -> str:
+        if not self._pause_client.wait_for_service(timeout_sec=self.cfg.service_timeout_s):
+            return f'pause service {self.cfg.pause_service!r} not available'
+        done = threading.Event()
+        future = self._pause_client.call_async(Trigger.Request())
+        future.add_done_callback(lambda _f: done.set())
+        if not done.wait(self.cfg.service_timeout_s) or not future.result().success:
+            return f'pause service {self.cfg.pause_service!r} did not confirm'
+        return ''
+
+    def _on_vqa(self, request: AskVqa.Request, response: AskVqa.Response) -> AskVqa.Response:
+        question = request.question.strip()
+        camera = request.camera.strip() or self.cfg.default_camera
+        if not question:
+            response.success, response.message = False, 'empty question; ask something'
+            return response
+        if camera not in self.cfg.cameras:
+            response.success = False
+            response.message = f'unknown camera {camera!r}; cameras: {list(self.cfg.cameras)}'
+            return response
+        if self.cfg.vqa_pause:
+            error = self._pause_robot()
+            if error:
+                response.success, response.message = False, f'{error}; not answering unpaused'
+                return response
+            self._submit(self._job_set_mode, 'paused').result(timeout=10.0)
+        with self._lock:
+            image = self._images.get(camera)
+        if image is None:
+            response.success = False
+            response.message = f'no image received yet from camera {camera!r}'
+            return response
+        future = self._submit(lambda: self.planner.answer_vqa(question, image, camera,
+                                                              self.observation()))
+        try:
+            answer = future.result(timeout=60.0)
+        except concurrent.futures.TimeoutError:
+            answer = ''
+        response.success = bool(answer)
+        response.answer = answer
+        response.message = (f'answered from camera {camera!r}' if answer else
+                            'the planner produced no answer (see planner log)')
+        self.get_logger().info(f'VQA {question!r} -> {answer!r}')
+        return response
+
+    # --- RunTask ------------------------------------------------------------------------
+    def _on_goal(self, goal: RunTask.Goal) -> GoalResponse:
+        if not goal.task.strip():
+            self.get_logger().error('RunTask goal rejected: empty task')
+            return GoalResponse.REJECT
+        return GoalResponse.ACCEPT
+
+    def _run_task(self, handle) -> RunTask.Result:
+        goal = handle.request
+        self._submit(self._job_set_task, goal.task.strip(), bool(goal.direct_subtask)
+                     ).result(timeout=60.0)
+        start_rev = self.state.revision
+        start_s = self._now_s()
+        last_feedback = None
+        period = 1.0 / self.cfg.feedback_hz
+        while True:
+            snap = self.state.snapshot()
+            fb = (snap.subtask, snap.memory)
+            if fb != last_feedback:
+                handle.publish_feedback(RunTask.Feedback(
+                    subtask=snap.subtask, memory=snap.memory,
+                    progress=f'subtask {len(self._subtask_history)}: {snap.subtask}'))
+                last_feedback = fb
+            result = self._finished(handle, snap, start_rev, start_s, goal)
+            if result is not None:
+                return result
+            time.sleep(period)  # wall-clock pacing of a polling loop; progress uses node time
+
+    def _finished(self, handle, snap: LanguageSnapshot, start_rev: int, start_s: float,
+                  goal: RunTask.Goal) -> RunTask.Result | None:
+        subtasks = list(self._subtask_history)
+        if handle.is_cancel_requested:
+            handle.canceled()
+            return RunTask.Result(success=False, message='canceled', subtasks=subtasks)
+        if snap.task != goal.task.strip():
+            handle.abort()
+            return RunTask.Result(success=False, message=f'task replaced by {snap.task!r}',
+                                  subtasks=subtasks)
+        with self._lock:
+            outcome = self._outcome
+        if outcome is not None and outcome.success and outcome.context_revision >= start_rev:
+            handle.succeed()
+            return RunTask.Result(success=True, message=f'succeeded: {outcome.detail}',
+                                  subtasks=subtasks)
+        elapsed = self._now_s() - start_s
+        if goal.time_limit_s > 0 and elapsed > goal.time_limit_s:
+            handle.abort()
+            return RunTask.Result(success=False, subtasks=subtasks,
+                                  message=f'time limit {goal.time_limit_s:.1f} s reached')
+        return None
+
+    def close(self) -> None:
+        if self._worker is not None:
+            self._jobs.put(None)
+            self._worker.join(timeout=5.0)
+        close = getattr(self.generator, 'close', None)
+        if callable(close):
+            close()
+
+
+def main(args: list[str] | None = None) -> int:
+    return runner.run(PlannerNode, args, name='planner')
+
+
+if __name__ == '__main__':
+    raise SystemExit(main())

@@ -1,0 +1,329 @@
+"""`sim_bridge` node: the MuJoCo SO-101 scene as a robot on ROS, with /clock in sim time.
+
+One thread owns the scene (physics and the GL renderer must stay on one thread): each control
+period it asks the core ChunkExecutor for the action due now, applies the same safety limits
+as the real driver, steps physics, and publishes clock, joint states, images and status.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from rclpy.impl.implementation_singleton import rclpy_implementation as _rclpy
+from rclpy.node import Node
+from rosgraph_msgs.msg import Clock
+from sensor_msgs.msg import CameraInfo, Image, JointState
+from std_msgs.msg import String
+from std_srvs.srv import Trigger
+
+from lerobot_lang_msgs.msg import ActionChunk, LanguageContext, RuntimeStatus, TaskOutcome
+from lerobot_lang_nodes.core.errors import InvalidChunk
+from lerobot_lang_nodes.core.executor import ChunkExecutor, ExecutorConfig
+from lerobot_lang_nodes.core.safety import SafetyLimits
+from lerobot_lang_nodes.nodes import convert, qos, runner
+from lerobot_lang_nodes.nodes.params import declare_config, reject_unknown_parameters
+
+# RoboCasa's convention, kept so seeds mean the same across simulators.
+RESET_SEED_STRIDE = 1000
+
+
+@dataclass(frozen=True)
+class SimBridgeConfig:
+    """Parameters of the sim_bridge node."""
+
+    seed: int = field(default=0, metadata={
+        'doc': 'Layout seed of the first episode; reset k uses seed + 1000 * k.'})
+    ctrl_hz: float = field(default=30.0, metadata={
+        'doc': 'Control rate: one action dispatched and one physics period per tick (Hz).',
+        'range': (1.0, 500.0)})
+    real_time_factor: float = field(default=1.0, metadata={
+        'doc': 'Sim seconds per wall second to aim for; 0 runs as fast as the CPU allows.',
+        'range': (0.0, 100.0)})
+    cameras: tuple[str, ...] = field(default=('front', 'wrist'), metadata={
+        'doc': 'Cameras to render and publish on cameras/<name>/image_raw.'})
+    image_width: int = field(default=320, metadata={'doc': 'Rendered image width (px).',
+                                                    'range': (16, 1920)})
+    image_height: int = field(default=240, metadata={'doc': 'Rendered image height (px).',
+                                                     'range': (16, 1080)})
+    camera_hz: float = field(default=10.0, metadata={
+        'doc': 'Image publish rate (sim Hz); each frame costs ~10-40 ms of CPU per camera.',
+        'range': (0.1, 60.0)})
+    status_hz: float = field(default=5.0, metadata={
+        'doc': 'runtime_status, ground truth and task outcome rate (sim Hz).',
+        'range': (0.1, 100.0)})
+    max_relative_target_rad: float = field(default=0.35, metadata={
+        'doc': 'Clamp every goal to within this of the present joint position (rad); 0 '
+               'disables. Same rule as the real driver.', 'range': (0.0, 10.0)})
+    reject_margin_rad: float = field(default=0.5, metadata={
+        'doc': 'Chunks with values further than this outside the joint limits are rejected '
+               'as invalid (degrees sent as radians, garbage); values inside the margin are '
+               'clamped to the limits.', 'range': (0.0, 10.0)})
+    refill_fraction: float = field(default=0.5, metadata={
+        'doc': 'Report needs_refill when the queue is below this fraction of the last chunk.',
+        'range': (0.0, 1.0)})
+    replace: str = field(default='tail', metadata={
+        'doc': 'What a new chunk of the same revision does to the queued tail.',
+        'choices': ('tail', 'blend', 'append')})
+    time_align: bool = field(default=True, metadata={
+        'doc': 'Skip the actions of a new chunk whose time (observation stamp + i * period) '
+               'has already passed.'})
+    start_paused: bool = field(default=False, metadata={
+        'doc': 'Start in paused mode (the real driver always does).'})
+    dispatch_log_path: str = field(default='', metadata={
+        'doc': 'JSON-lines file recording every dispatched action; empty disables.'})
+    default_task: str = field(default='put the red cube in the bowl', metadata={
+        'doc': 'Task description published on sim/task_description.'})
+
+
+class SimBridgeNode(Node):
+    """ROS adapter for the MuJoCo scene and the core chunk executor."""
+
+    def __init__(self) -> None:
+        self._thread: threading.Thread | None = None
+        self._running = False
+        super().__init__('sim_bridge')
+        self.cfg = declare_config(self, SimBridgeConfig)
+        reject_unknown_parameters(self)
+        from lerobot_lang_nodes.sim.scene import So101Scene  # MuJoCo only when this node runs
+        self.scene = So101Scene(seed=self.cfg.seed,
+                                image_size=(self.cfg.image_height, self.cfg.image_width),
+                                cameras=self.cfg.cameras, ctrl_hz=self.cfg.ctrl_hz)
+        self.joint_names = tuple(self.scene.joint_names)
+        lower, upper = self.scene.joint_limits()
+        self.safety = SafetyLimits(lower=lower, upper=upper,
+                                   max_relative=self.cfg.max_relative_target_rad or None)
+        margin = self.cfg.reject_margin_rad
+        self._dispatch_log = None
+        if self.cfg.dispatch_log_path:
+            path = Path(self.cfg.dispatch_log_path)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self._dispatch_log = path.open('a', buffering=1)
+        self.chunk_executor = ChunkExecutor(
+            ExecutorConfig(action_names=self.joint_names, ctrl_hz=self.cfg.ctrl_hz,
+                           lower_limits=(lower - margin).tolist(),
+                           upper_limits=(upper + margin).tolist(),
+                           refill_fraction=self.cfg.refill_fraction, replace=self.cfg.replace,
+                           time_align=self.cfg.time_align, start_paused=self.cfg.start_paused),
+            on_dispatch=self._on_dispatch)
+        self._reset_count = 0
+        self._reset_request: threading.Event | None = None
+        self._reset_done = threading.Event()
+        self._lock = threading.Lock()
+        self._goal_text = ''
+        self._context_revision = 0
+        self._goal = None
+        self._hold = self.scene.joint_positions()
+
+        self._clock_pub = self.create_publisher(Clock, '/clock', qos.CLOCK)
+        self._joint_pub = self.create_publisher(JointState, 'joint_states', qos.SENSOR)
+        self._image_pubs = {c: self.create_publisher(Image, f'cameras/{c}/image_raw', qos.SENSOR)
+                            for c in self.cfg.cameras}
+        self._info_pubs = {c: self.create_publisher(CameraInfo, f'cameras/{c}/camera_info',
+                                                    qos.SENSOR) for c in self.cfg.cameras}
+        self._status_pub = self.create_publisher(RuntimeStatus, 'runtime_status', qos.STATUS)
+        self._truth_pub = self.create_publisher(String, 'sim/ground_truth', qos.LATCHED)
+        self._outcome_pub = self.create_publisher(TaskOutcome, 'task_outcome', qos.LATCHED)
+        self._task_desc_pub = self.create_publisher(String, 'sim/task_description', qos.LATCHED)
+        self.create_subscription(ActionChunk, 'action_chunk', self._on_chunk, qos.COMMAND)
+        self.create_subscription(LanguageContext, 'language_context', self._on_context,
+                                 qos.LATCHED)
+        self.create_service(Trigger, 'pause', self._on_pause)
+        self.create_service(Trigger, 'resume', self._on_resume)
+        self.create_service(Trigger, 'sim/reset', self._on_reset)
+        self._task_desc_pub.publish(String(data=self.cfg.default_task))
+        self._running = True
+        self._thread = threading.Thread(target=self._loop, name='sim-loop', daemon=True)
+        self._thread.start()
+        self.get_logger().info(
+            f'sim_bridge ready: seed={self.scene.seed} ctrl_hz={self.cfg.ctrl_hz} cameras='
+            f'{list(self.cfg.cameras)} {self.cfg.image_width}x{self.cfg.image_height}@'
+            f'{self.cfg.camera_hz} Hz, real_time_factor={self.cfg.real_time_factor}')
+
+    # --- inputs -------------------------------------------------------------------------
+    def _on_chunk(self, msg: ActionChunk) -> None:
+        try:
+            chunk = convert.chunk_from_msg(msg)
+        except InvalidChunk as exc:
+            self._count_invalid(msg, str(exc))
+            return
+        result = self.chunk_executor.submit(chunk, self.scene.sim_time)
+        if not result.accepted:
+            self.get_logger().warning(f'chunk {msg.sequence} (rev {msg.context_revision}) '
+                                      f'{result.kind}: {result.reason}',
+                                      throttle_duration_sec=2.0)
+
+    def _count_invalid(self, msg: ActionChunk, reason: str) -> None:
+        self.chunk_executor.record_invalid(reason)
+        self.get_logger().warning(f'chunk {msg.sequence} rejected as malformed: {reason}',
+                                  throttle_duration_sec=2.0)
+
+    def _on_context(self, msg: LanguageContext) -> None:
+        self.chunk_executor.set_revision(int(msg.revision))
+        from lerobot_lang_nodes.sim import tasks
+        plan_goal = tasks.parse_task(msg.plan) if msg.plan else None
+        goal_text = msg.plan if plan_goal is not None else msg.task
+        with self._lock:
+            self._context_revision = int(msg.revision)
+            self._goal_text = goal_text
+            self._goal = plan_goal or tasks.parse_task(msg.task)
+
+    def _on_pause(self, _req, response: Trigger.Response) -> Trigger.Response:
+        self.chunk_executor.pause(self.scene.sim_time)
+        response.success, response.message = True, 'paused; queue cleared'
+        self.get_logger().info('paused')
+        return response
+
+    def _on_resume(self, _req, response: Trigger.Response) -> Trigger.Response:
+        self.chunk_executor.resume()
+        response.success, response.message = True, 'resumed'
+        self.get_logger().info('resumed')
+        return response
+
+    def _on_reset(self, _req, response: Trigger.Response) -> Trigger.Response:
+        done = threading.Event()
+        with self._lock:
+            self._reset_request = done
+        if not done.wait(30.0):
+            response.success, response.message = False, 'reset did not finish within 30 s'
+            return response
+        response.success = True
+        response.message = f'scene reset with seed {self.scene.seed}'
+        return response
+
+    def _on_dispatch(self, sequence: int, revision: int, step: int, action: np.ndarray) -> None:
+        if self._dispatch_log is not None:
+            self._dispatch_log.write(json.dumps({
+                't': round(self.scene.sim_time, 6), 'sequence': sequence, 'revision': revision,
+                'step': step, 'action': [round(float(a), 6) for a in action]}) + '\n')
+
+    # --- the simulation thread ------------------------------------------------------------
+    def _loop(self) -> None:
+        cfg = self.cfg
+        period = 1.0 / cfg.ctrl_hz
+        camera_every = max(1, int(round(cfg.ctrl_hz / cfg.camera_hz)))
+        status_every = max(1, int(round(cfg.ctrl_hz / cfg.status_hz)))
+        wall_start = time.monotonic()
+        sim_start = self.scene.sim_time
+        report_at = wall_start + 30.0
+        tick = 0
+        last_refill = False
+        try:
+            while self._running and self.context.ok():
+                self._maybe_reset()
+                now = self.scene.sim_time
+                action = self.chunk_executor.tick(now)
+                present = self.scene.joint_positions()
+                if action is not None:
+                    self._hold = self.safety.apply(action, present)
+                # No action (paused or starved): keep the last safe target, never replay.
+                self.scene.apply_action(self._hold)
+                now = self.scene.step(period)
+                self._publish_clock(now)
+                self._publish_joints(now)
+                if tick % camera_every == 0:
+                    self._publish_images(now)
+                refill = self.chunk_executor.needs_refill()
+                # Publish at once when the queue crosses the refill threshold, so the policy
+                # starts the next inference without waiting for the periodic status.
+                if tick % status_every == 0 or (refill and not last_refill):
+                    self._publish_status(now)
+                last_refill = refill
+                tick += 1
+                if cfg.real_time_factor > 0:
+                    target = wall_start + (now - sim_start) / cfg.real_time_factor
+                    delay = target - time.monotonic()
+                    if delay > 0:
+                        time.sleep(delay)
+                    elif delay < -1.0:  # far behind (CPU starved): do not sprint to catch up
+                        wall_start, sim_start = time.monotonic(), now
+                if time.monotonic() > report_at:
+                    wall = time.monotonic() - wall_start
+                    self.get_logger().info(
+                        f'real-time factor {(now - sim_start) / wall:.2f} (physics alone '
+                        f'{self.scene.stats.physics_rtf:.1f}x, render '
+                        + ', '.join(f'{c} {self.scene.stats.render_ms(c):.1f} ms'
+                                    for c in cfg.cameras) + ')')
+                    report_at = time.monotonic() + 30.0
+        except _rclpy.RCLError:
+            if self.context.ok():
+                raise
+            # Ctrl-C shut the context down between the loop check and a publish: stopping.
+        finally:
+            self.scene.close()  # the GL context belongs to this thread
+
+    def _maybe_reset(self) -> None:
+        with self._lock:
+            request, self._reset_request = self._reset_request, None
+        if request is None:
+            return
+        self._reset_count += 1
+        self.chunk_executor.clear()
+        self.scene.reset(self.cfg.seed + RESET_SEED_STRIDE * self._reset_count)
+        self._hold = self.scene.joint_positions()
+        self.get_logger().info(f'scene reset #{self._reset_count}, seed {self.scene.seed}')
+        request.set()
+
+    def _publish_clock(self, now: float) -> None:
+        msg = Clock()
+        convert.s_to_stamp(now, msg.clock)
+        self._clock_pub.publish(msg)
+
+    def _publish_joints(self, now: float) -> None:
+        msg = JointState(name=list(self.joint_names),
+                         position=self.scene.joint_positions().tolist(),
+                         velocity=self.scene.joint_velocities().tolist(),
+                         effort=self.scene.joint_efforts().tolist())
+        convert.s_to_stamp(now, msg.header.stamp)
+        self._joint_pub.publish(msg)
+
+    def _publish_images(self, now: float) -> None:
+        for cam in self.cfg.cameras:
+            frame = f'{cam}_camera_optical_frame'
+            self._image_pubs[cam].publish(convert.rgb_to_image(self.scene.render(cam), now,
+                                                               frame))
+            info = self.scene.camera_info(cam)
+            msg = CameraInfo(height=info.height, width=info.width, distortion_model='plumb_bob',
+                             d=[0.0] * 5, k=info.k, p=info.p,
+                             r=[1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0])
+            convert.s_to_stamp(now, msg.header.stamp)
+            msg.header.frame_id = frame
+            self._info_pubs[cam].publish(msg)
+
+    def _publish_status(self, now: float) -> None:
+        self._status_pub.publish(convert.status_to_msg(self.chunk_executor.status(), now))
+        truth = self.scene.ground_truth()
+        self._truth_pub.publish(String(data=json.dumps(truth)))
+        from lerobot_lang_nodes.sim import tasks
+        with self._lock:
+            goal, goal_text, revision = self._goal, self._goal_text, self._context_revision
+        outcome = TaskOutcome(goal=goal_text, context_revision=revision,
+                              known_goal=goal is not None)
+        if goal is None:
+            outcome.detail = ('no task yet' if not goal_text else
+                              tasks.explain_task(goal_text)[1])
+        else:
+            outcome.success = bool(tasks.check_success(goal, truth))
+            outcome.detail = (f'{goal.text}: done' if outcome.success else
+                              f'{goal.text}: not yet')
+        convert.s_to_stamp(now, outcome.header.stamp)
+        self._outcome_pub.publish(outcome)
+
+    def close(self) -> None:
+        self._running = False
+        if self._thread is not None:
+            self._thread.join(timeout=10.0)
+        if self._dispatch_log is not None:
+            self._dispatch_log.close()
+
+
+def main(args: list[str] | None = None) -> int:
+    return runner.run(SimBridgeNode, args, name='sim_bridge')
+
+
+if __name__ == '__main__':
+    raise SystemExit(main())

@@ -1,0 +1,196 @@
+"""`viewer` node: annotated camera views as an MJPEG live view, latest.png and an MP4."""
+
+from __future__ import annotations
+
+import sys
+import threading
+from dataclasses import dataclass, field
+from typing import Optional
+
+import numpy as np
+from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
+from rclpy.clock import Clock, ClockType
+from rclpy.node import Node
+from sensor_msgs.msg import Image
+
+from lerobot_lang_msgs.msg import LanguageContext
+from lerobot_lang_nodes.nodes import qos
+from lerobot_lang_nodes.nodes.params import declare_config, reject_unknown_parameters
+from lerobot_lang_nodes.nodes.runner import run
+from lerobot_lang_nodes.viewer.compose import Annotation, Composer
+from lerobot_lang_nodes.viewer.images import ImageEncodingError, image_to_rgb
+from lerobot_lang_nodes.viewer.mjpeg import MjpegServer, MjpegServerError
+from lerobot_lang_nodes.viewer.video import LatestPngWriter, Mp4Writer, VideoWriterError
+
+NODE_NAME = 'viewer'
+
+
+class ViewerStartError(OSError):
+    """The live view or a recording sink cannot be opened (port in use, bad path)."""
+
+
+@dataclass(frozen=True)
+class ViewerConfig:
+    """Parameters of the viewer node."""
+
+    cameras: tuple[str, ...] = field(default=('front', 'wrist'), metadata={
+        'doc': 'camera names, composed left to right', 'read_only': True})
+    image_topic_pattern: str = field(default='cameras/{name}/image_raw', metadata={
+        'doc': 'image topic per camera; {name} is replaced by the camera name',
+        'read_only': True})
+    bind_address: str = field(default='127.0.0.1', metadata={
+        'doc': 'address the live view binds; 0.0.0.0 exposes it to the network',
+        'read_only': True})
+    port: int = field(default=8010, metadata={
+        'doc': 'live view TCP port (0 picks a free one, logged at start)', 'range': (0, 65535),
+        'read_only': True})
+    fps: float = field(default=10.0, metadata={
+        'doc': 'composition rate in Hz (wall clock)', 'range': (0.1, 60.0), 'read_only': True})
+    view_height: int = field(default=0, metadata={
+        'doc': 'height views are resized to; 0 keeps the tallest camera', 'range': (0, 4096),
+        'read_only': True})
+    jpeg_quality: int = field(default=80, metadata={
+        'doc': 'JPEG quality of the stream', 'range': (1, 95), 'read_only': True})
+    latest_png_path: str = field(default='', metadata={
+        'doc': 'rolling PNG of the composed view, written atomically; empty disables',
+        'read_only': True})
+    latest_png_every_n: int = field(default=5, metadata={
+        'doc': 'write latest_png_path every n composed frames', 'range': (1, 10000),
+        'read_only': True})
+    mp4_path: str = field(default='', metadata={
+        'doc': 'H.264 MP4 recording, finalised on shutdown; empty disables', 'read_only': True})
+    mp4_fps: float = field(default=0.0, metadata={
+        'doc': 'MP4 frame rate; 0 uses fps', 'range': (0.0, 60.0), 'read_only': True})
+
+    def __post_init__(self) -> None:
+        if not self.cameras:
+            raise ValueError('cameras must name at least one camera')
+        if len(set(self.cameras)) != len(self.cameras):
+            raise ValueError(f'cameras contains duplicates: {list(self.cameras)}')
+        if '{name}' not in self.image_topic_pattern:
+            raise ValueError('image_topic_pattern must contain {name}, got '
+                             f'{self.image_topic_pattern!r}')
+        if 0 < self.view_height < 16:
+            raise ValueError(f'view_height must be 0 or >= 16, got {self.view_height}')
+
+
+class ViewerNode(Node):
+    """Subscribes camera images and language_context; composes and serves the live view."""
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(NODE_NAME, **kwargs)
+        self.config = cfg = declare_config(self, ViewerConfig)
+        reject_unknown_parameters(self)
+        self._lock = threading.Lock()
+        self._frames: dict[str, Optional[np.ndarray]] = {name: None for name in cfg.cameras}
+        self._annotation = Annotation()
+        self._revision: Optional[int] = None
+        self._dirty = False
+        self._last_composite: Optional[np.ndarray] = None
+        self._closing = False
+        self._composer = Composer(height=cfg.view_height or None)
+
+        # Open the sinks before subscribing, so a bad path fails the start with a clear error.
+        try:
+            self._png = (LatestPngWriter(cfg.latest_png_path, cfg.latest_png_every_n)
+                         if cfg.latest_png_path else None)
+            self._mp4 = (Mp4Writer(cfg.mp4_path, fps=cfg.mp4_fps or cfg.fps)
+                         if cfg.mp4_path else None)
+            self._server = MjpegServer(cfg.bind_address, cfg.port,
+                                       jpeg_quality=cfg.jpeg_quality).start()
+        except (MjpegServerError, VideoWriterError) as exc:
+            raise ViewerStartError(str(exc)) from exc
+        self.get_logger().info(f'live view: {self._server.url}')
+
+        inputs = MutuallyExclusiveCallbackGroup()
+        for name in cfg.cameras:
+            topic = cfg.image_topic_pattern.format(name=name)
+            self.create_subscription(Image, topic, lambda msg, n=name: self._on_image(n, msg),
+                                     qos.SENSOR, callback_group=inputs)
+        self.create_subscription(LanguageContext, 'language_context', self._on_context,
+                                 qos.LATCHED, callback_group=inputs)
+        # Steady clock: the live view keeps its rate when sim time is slow, paused or absent.
+        self._timer = self.create_timer(1.0 / cfg.fps, self._on_timer,
+                                        callback_group=MutuallyExclusiveCallbackGroup(),
+                                        clock=Clock(clock_type=ClockType.STEADY_TIME))
+
+    @property
+    def server(self) -> MjpegServer:
+        return self._server
+
+    # -- callbacks --------------------------------------------------------------------------
+
+    def _on_image(self, camera: str, msg: Image) -> None:
+        try:
+            rgb = image_to_rgb(msg.encoding, msg.height, msg.width, msg.step, msg.data)
+        except ImageEncodingError as exc:
+            self.get_logger().warning(f'camera {camera!r}: {exc}', throttle_duration_sec=5.0)
+            return
+        with self._lock:
+            self._frames[camera] = rgb
+            self._dirty = True
+
+    def _on_context(self, msg: LanguageContext) -> None:
+        annotation = Annotation(task=msg.task, subtask=msg.subtask, memory=msg.memory)
+        with self._lock:
+            self._annotation = annotation
+            self._revision = int(msg.revision)
+            self._dirty = True
+        self._server.set_status(f'rev {msg.revision} | subtask: {msg.subtask or "-"}')
+
+    def _on_timer(self) -> None:
+        with self._lock:
+            if self._closing:
+                return
+            have_frame = any(f is not None for f in self._frames.values())
+            dirty = self._dirty and have_frame
+            views = list(self._frames.items())
+            annotation = self._annotation
+            self._dirty = False
+        try:
+            if dirty:
+                composite = self._composer.compose(views, annotation)
+                self._last_composite = composite
+                self._server.publish(composite)
+                if self._png is not None:
+                    self._png.submit(composite)
+            # The MP4 repeats an unchanged view so that its timeline follows the wall clock.
+            if self._mp4 is not None and self._last_composite is not None:
+                self._mp4.write(self._last_composite)
+        except (OSError, VideoWriterError) as exc:
+            if not self._closing:
+                self.get_logger().error(f'writing the live view failed: {exc}',
+                                        throttle_duration_sec=5.0)
+
+    # -- shutdown ---------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Stop the server and finalise the MP4; safe to call twice."""
+        with self._lock:
+            if self._closing:
+                return
+            self._closing = True
+        self._timer.cancel()
+        self._server.stop()
+        if self._mp4 is not None:
+            try:
+                self._mp4.close()
+                if self._mp4.frames_written:
+                    self.get_logger().info(
+                        f'recorded {self._mp4.frames_written} frames to {self._mp4.path}')
+            except (OSError, VideoWriterError) as exc:
+                self.get_logger().error(f'could not finalise {self._mp4.path}: {exc}')
+
+    def destroy_node(self) -> None:
+        self.close()
+        super().destroy_node()
+
+
+def main(args: Optional[list[str]] = None) -> int:
+    """Entry point: run the viewer until Ctrl-C; the MP4 is closed on the way out."""
+    return run(ViewerNode, args, name=NODE_NAME)
+
+
+if __name__ == '__main__':
+    sys.exit(main())
+

@@ -1,0 +1,184 @@
+"""LeRobot-compatible SO-101 follower calibration files: locate, validate, load and save."""
+
+# File format (one object per motor, keyed by joint name), as LeRobot's Robot._save_calibration:
+#   {"shoulder_pan": {"id": 1, "drive_mode": 0, "homing_offset": -12,
+#                     "range_min": 750, "range_max": 3300}, ...}
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+import json
+import logging
+import os
+from pathlib import Path
+import tempfile
+from typing import Any
+
+from lerobot_lang_nodes.so101.errors import CalibrationError
+from lerobot_lang_nodes.so101.registers import MAX_STEP
+
+logger = logging.getLogger(__name__)
+
+JOINT_NAMES: tuple[str, ...] = (
+    'shoulder_pan', 'shoulder_lift', 'elbow_flex', 'wrist_flex', 'wrist_roll', 'gripper')
+MOTOR_IDS: dict[str, int] = {name: i + 1 for i, name in enumerate(JOINT_NAMES)}
+GRIPPER = 'gripper'
+FULL_TURN_JOINT = 'wrist_roll'  # LeRobot records no range for it: 0..4095
+# LeRobot >= 0.5 stores SO-100/101 followers under `so_follower`; 0.4.x used `so101_follower`.
+ROBOT_TYPE = 'so_follower'
+LEGACY_ROBOT_TYPES: tuple[str, ...] = ('so101_follower',)
+HOMING_OFFSET_LIMIT = 2047  # Homing_Offset is sign-magnitude with the sign at bit 11
+FIELDS: tuple[str, ...] = ('id', 'drive_mode', 'homing_offset', 'range_min', 'range_max')
+
+
+@dataclass(frozen=True)
+class MotorCalibration:
+    """Calibration of one motor, field for field as LeRobot's MotorCalibration."""
+
+    id: int
+    drive_mode: int
+    homing_offset: int
+    range_min: int
+    range_max: int
+
+    @property
+    def mid(self) -> float:
+        """Encoder step of the joint zero: the middle of the calibrated range."""
+        return (self.range_min + self.range_max) / 2
+
+
+Calibration = dict[str, MotorCalibration]
+
+
+def calibration_root() -> Path:
+    """LeRobot's calibration root: $HF_LEROBOT_CALIBRATION, else $HF_LEROBOT_HOME/calibration."""
+    if os.environ.get('HF_LEROBOT_CALIBRATION'):
+        return Path(os.environ['HF_LEROBOT_CALIBRATION']).expanduser()
+    if os.environ.get('HF_LEROBOT_HOME'):
+        return Path(os.environ['HF_LEROBOT_HOME']).expanduser() / 'calibration'
+    hf_home = os.environ.get('HF_HOME') or os.path.join(
+        os.environ.get('XDG_CACHE_HOME') or '~/.cache', 'huggingface')
+    return Path(hf_home).expanduser() / 'lerobot' / 'calibration'
+
+
+def calibration_path(robot_id: str | None = None, path: str | os.PathLike[str] | None = None,
+                     robot_type: str = ROBOT_TYPE) -> Path:
+    """Where the calibration of `robot_id` is read from.
+
+    An explicit `path` wins. Otherwise <root>/robots/<robot_type>/<robot_id>.json, falling back
+    to the legacy `so101_follower` folder when only that file exists.
+    """
+    if path is not None:
+        return Path(path).expanduser()
+    if not robot_id:
+        raise CalibrationError('no calibration given: set the robot id (LeRobot `--robot.id`) or '
+                               'an explicit calibration file path')
+    robots = calibration_root() / 'robots'
+    primary = robots / robot_type / f'{robot_id}.json'
+    if not primary.is_file() and robot_type == ROBOT_TYPE:
+        for legacy in LEGACY_ROBOT_TYPES:
+            candidate = robots / legacy / f'{robot_id}.json'
+            if candidate.is_file():
+                logger.info('using legacy LeRobot calibration %s', candidate)
+                return candidate
+    return primary
+
+
+def _int_field(motor: str, entry: Mapping[str, Any], name: str, source: str) -> int:
+    if name not in entry:
+        raise CalibrationError(f'{source}: motor {motor!r} lacks field {name!r}; expected the '
+                               f'fields {list(FIELDS)}; re-run the calibration')
+    value = entry[name]
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise CalibrationError(f'{source}: motor {motor!r} field {name!r} is {value!r}; expected '
+                               'an integer; fix the file or re-run the calibration')
+    return value
+
+
+def parse_calibration(data: Any, source: str = '<calibration>') -> Calibration:
+    """Validate decoded JSON; errors name the motor and the field that is wrong."""
+    if not isinstance(data, dict):
+        raise CalibrationError(f'{source}: top level is {type(data).__name__}; expected an '
+                               f'object keyed by motor name {list(JOINT_NAMES)}')
+    missing = [m for m in JOINT_NAMES if m not in data]
+    extra = sorted(set(data) - set(JOINT_NAMES))
+    if missing or extra:
+        raise CalibrationError(f'{source}: motors missing {missing}, unexpected {extra}; expected '
+                               f'exactly {list(JOINT_NAMES)} (an SO-101 follower file)')
+    out: Calibration = {}
+    for motor in JOINT_NAMES:
+        entry = data[motor]
+        if not isinstance(entry, dict):
+            raise CalibrationError(f'{source}: motor {motor!r} is {entry!r}; expected an object '
+                                   f'with fields {list(FIELDS)}')
+        values = {name: _int_field(motor, entry, name, source) for name in FIELDS}
+        if values['id'] != MOTOR_IDS[motor]:
+            raise CalibrationError(f"{source}: motor {motor!r} field 'id' is {values['id']}; "
+                                   f'expected {MOTOR_IDS[motor]} (SO-101 wiring); fix the file or '
+                                   'the servo ids')
+        if values['drive_mode'] not in (0, 1):
+            raise CalibrationError(f"{source}: motor {motor!r} field 'drive_mode' is "
+                                   f"{values['drive_mode']}; expected 0 or 1")
+        if abs(values['homing_offset']) > HOMING_OFFSET_LIMIT:
+            raise CalibrationError(f"{source}: motor {motor!r} field 'homing_offset' is "
+                                   f"{values['homing_offset']}; expected -{HOMING_OFFSET_LIMIT}.."
+                                   f'{HOMING_OFFSET_LIMIT}; re-run the calibration')
+        for name in ('range_min', 'range_max'):
+            if not 0 <= values[name] <= MAX_STEP:
+                raise CalibrationError(f'{source}: motor {motor!r} field {name!r} is '
+                                       f'{values[name]}; expected 0..{MAX_STEP}')
+        if values['range_min'] >= values['range_max']:
+            raise CalibrationError(f"{source}: motor {motor!r} field 'range_min' "
+                                   f"({values['range_min']}) is not below 'range_max' "
+                                   f"({values['range_max']}); re-run the range recording and "
+                                   'move the joint through its whole range')
+        out[motor] = MotorCalibration(**values)
+    return out
+
+
+def load_calibration(robot_id: str | None = None,
+                     path: str | os.PathLike[str] | None = None) -> Calibration:
+    """Read and validate the calibration of `robot_id` (or the file at `path`)."""
+    file = calibration_path(robot_id, path)
+    try:
+        text = file.read_text(encoding='utf-8')
+    except FileNotFoundError:
+        raise CalibrationError(f'calibration file {file} does not exist; run `lerobot-calibrate '
+                               '--robot.type=so101_follower` or the calibrate command, or pass '
+                               'the file path') from None
+    except OSError as exc:
+        raise CalibrationError(f'cannot read calibration file {file}: {exc}') from exc
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise CalibrationError(f'{file}: not valid JSON ({exc.msg} at line {exc.lineno} column '
+                               f'{exc.colno}); fix the file or re-run the calibration') from exc
+    return parse_calibration(data, str(file))
+
+
+def calibration_to_json(calibration: Mapping[str, MotorCalibration]) -> str:
+    """Serialise as LeRobot does (indent 4, motor order of the arm)."""
+    return json.dumps({m: asdict(calibration[m]) for m in JOINT_NAMES}, indent=4)
+
+
+def save_calibration(calibration: Mapping[str, MotorCalibration], robot_id: str | None = None,
+                     path: str | os.PathLike[str] | None = None) -> Path:
+    """Write the calibration atomically; returns the file written."""
+    parse_calibration({m: asdict(c) for m, c in calibration.items()}, '<calibration to save>')
+    if path is None and not robot_id:
+        raise CalibrationError('cannot save a calibration without a robot id or a file path')
+    file = Path(path).expanduser() if path is not None else (
+        calibration_root() / 'robots' / ROBOT_TYPE / f'{robot_id}.json')
+    file.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=file.parent, prefix=f'.{file.name}.', suffix='.tmp')
+    try:
+        with os.fdopen(fd, 'w', encoding='utf-8') as out:
+            out.write(calibration_to_json(calibration))
+        os.replace(tmp, file)  # a reader never sees a half-written file
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    logger.info('saved calibration to %s', file)
+    return file
