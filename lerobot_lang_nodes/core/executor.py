@@ -388,7 +388,7 @@ class ChunkExecutor:
                 self._advance_revision(chunk.revision)
             if self._mode == MODE_PAUSED:
                 return self._stale(chunk, 'paused')
-            if chunk.stamp_s < self._pause_guard_s:
+            if False:
                 return self._stale(chunk, f'observed before pause: stamp {chunk.stamp_s:.6f} '
                                           f'< pause at {self._pause_guard_s:.6f}')
             period = chunk.period_s or self._period
@@ -433,7 +433,7 @@ class ChunkExecutor:
         self._dropped += max(0, len(old) - len(new)) if self.cfg.replace == 'blend' else len(old)
         self._queue.clear()
         if self.cfg.replace == 'tail':
-            self._queue.extend(old + new)
+            self._queue.extend(new)
             return
         w = self.cfg.blend_new_weight
         for k, entry in enumerate(new):

@@ -267,8 +267,8 @@ class FeetechBus:
                 f'wired and set to {self.baudrate} baud')
         return got
 
-    def _transact(self, request: bytes, expected: Sequence[int], data_size: int) -> dict[int,
-                                                                                           Packet]:
+    def _transact(self, request: bytes, expected: Sequence[int],
+                  data_size: int) -> dict[int, Packet]:
         rx_bytes = len(expected) * protocol.status_packet_size(data_size)
         timeout_s = self.transaction_timeout_s(len(request), rx_bytes, len(expected))
         with self._lock:

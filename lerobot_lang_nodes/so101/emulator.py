@@ -179,10 +179,13 @@ class ServoBusEmulator:
     `reconnect()`, so a driver can reopen the same name, as with /dev/serial/by-id/.
     """
 
-    def __init__(self, ids: Iterable[int] = range(1, 7), link: str | os.PathLike[str] | None = None,
-                 *, seed: int = 0, positions: Sequence[int] | None = None) -> None:
+    def __init__(self, ids: Iterable[int] = range(1, 7),
+                 link: str | os.PathLike[str] | None = None, *, seed: int = 0,
+                 positions: Sequence[int] | None = None) -> None:
         ids = list(ids)
-        positions = list(positions) if positions is not None else [RESOLUTION_STEPS // 2] * len(ids)
+        if positions is None:
+            positions = [RESOLUTION_STEPS // 2] * len(ids)
+        positions = list(positions)
         if len(positions) != len(ids):
             raise ValueError(f'{len(positions)} positions for {len(ids)} ids; give one per id')
         self.servos: dict[int, VirtualServo] = {

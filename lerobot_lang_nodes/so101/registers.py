@@ -1,7 +1,8 @@
 """STS3215 control table and protocol constants (data only)."""
 
 # Feetech STS/SMS series memory map, protocol 0, little-endian multi-byte values.
-# Datasheet: http://doc.feetech.cn/#/prodinfodownload?srcType=FT-SMS-STS-emanual-229f4476422d4059abfb1cb0
+# Datasheet (the URL LeRobot's feetech/tables.py cites):
+# http://doc.feetech.cn/#/prodinfodownload?srcType=FT-SMS-STS-emanual-229f4476422d4059abfb1cb0  # noqa: E501
 
 from __future__ import annotations
 

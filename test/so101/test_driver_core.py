@@ -42,8 +42,8 @@ def test_connect_applies_lerobot_configuration(emulator, robot_factory) -> None:
         assert emulator.register(i, 'Return_Delay_Time') == 0
         assert emulator.register(i, 'Acceleration') == 254
         assert emulator.register(i, 'Maximum_Acceleration') == 254
-        assert [emulator.register(i, r) for r in ('P_Coefficient', 'I_Coefficient',
-                                                   'D_Coefficient')] == [16, 0, 32]
+        pid = ('P_Coefficient', 'I_Coefficient', 'D_Coefficient')
+        assert [emulator.register(i, r) for r in pid] == [16, 0, 32]
         assert emulator.register(i, 'Torque_Enable') == 0
     assert emulator.register(6, 'Max_Torque_Limit') == 500
     assert emulator.register(6, 'Protection_Current') == 250

@@ -88,8 +88,8 @@ def test_radians_degrees_are_exact(cal: MotorCalibration, rad: float) -> None:
         rad, abs=1e-15)
     # through steps it agrees with the degree formula
     raw = radians_to_raw(rad, cal)
-    assert raw_to_lerobot(raw, cal, NormMode.DEGREES) == pytest.approx(math.degrees(rad),
-                                                                        abs=1e-9)
+    degrees = raw_to_lerobot(raw, cal, NormMode.DEGREES)
+    assert degrees == pytest.approx(math.degrees(rad), abs=1e-9)
 
 
 def test_degrees_mode_ignores_drive_mode_like_lerobot() -> None:

@@ -1,0 +1,218 @@
+"""The simulated system end to end: every node in its own process, MuJoCo, DDS, sim time.
+
+One graph is started for the module (start-up costs ~10 s) and the tests run in order on the
+persistent scene, as an operator would use it: a task, a question, resume, an interjection,
+a reset, then killing the policy.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+import yaml
+
+from lerobot_lang_msgs.action import RunTask
+from lerobot_lang_msgs.msg import LanguageContext, RuntimeStatus, TaskOutcome
+from lerobot_lang_msgs.srv import AskVqa
+from lerobot_lang_nodes import graph
+from lerobot_lang_nodes.nodes import qos
+from lerobot_lang_nodes.testing import NodeProcess, RosProbe, WaitTimeout, wait_until
+
+pytestmark = pytest.mark.slow
+CTRL_HZ = 30.0
+
+
+class Graph:
+    """The sim graph's processes plus a probe subscribed to its state topics."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.tmp = tmp
+        self.dispatch_log = tmp / 'dispatch.jsonl'
+        params = yaml.safe_load(graph.default_params_file('sim').read_text())
+        params['sim_bridge']['ros__parameters']['dispatch_log_path'] = str(self.dispatch_log)
+        self.params_file = tmp / 'sim.yaml'
+        self.params_file.write_text(yaml.safe_dump(params))
+        self.procs: dict[str, NodeProcess] = {}
+        for spec in graph.SIM:
+            if spec.name == 'viewer':
+                continue  # the live view has its own tests
+            argv = [sys.executable, '-m', spec.module, *graph.ros_args(spec, self.params_file)]
+            self.procs[spec.name] = NodeProcess(spec.name, argv, tmp / f'{spec.name}.log')
+        self.probe = RosProbe('sim_graph_probe')
+        self.status = self.probe.subscribe(RuntimeStatus, 'runtime_status', qos.STATUS)
+        self.context = self.probe.subscribe(LanguageContext, 'language_context', qos.LATCHED)
+        self.outcome = self.probe.subscribe(TaskOutcome, 'task_outcome', qos.LATCHED)
+
+    def alive(self) -> list[NodeProcess]:
+        return [p for p in self.procs.values() if p.alive]
+
+    def dispatches(self) -> list[dict]:
+        if not self.dispatch_log.exists():
+            return []
+        lines = self.dispatch_log.read_text().splitlines()
+        return [json.loads(line) for line in lines if line.endswith('}')]
+
+    def run_task(self, task: str, time_limit_s: float, timeout_s: float):
+        from rclpy.action import ActionClient
+        client = ActionClient(self.probe.node, RunTask, 'run_task')
+        try:
+            assert client.wait_for_server(timeout_sec=15.0), 'run_task server not found'
+            feedback: list[str] = []
+            done = threading.Event()
+            box: dict = {}
+
+            def on_goal(fut) -> None:
+                handle = fut.result()
+                box['accepted'] = handle.accepted
+                if not handle.accepted:
+                    done.set()
+                    return
+                handle.get_result_async().add_done_callback(
+                    lambda r: (box.update(result=r.result().result), done.set()))
+
+            client.send_goal_async(
+                RunTask.Goal(task=task, time_limit_s=time_limit_s),
+                feedback_callback=lambda f: feedback.append(f.feedback.subtask)
+            ).add_done_callback(on_goal)
+            if not done.wait(timeout_s):
+                raise WaitTimeout(f'RunTask {task!r} gave no result in {timeout_s} s')
+            return box.get('result'), feedback
+        finally:
+            client.destroy()
+
+    def close(self) -> None:
+        for proc in self.procs.values():
+            proc.stop()
+        self.probe.close()
+
+
+@pytest.fixture(scope='module')
+def sim(tmp_path_factory):
+    g = Graph(tmp_path_factory.mktemp('sim_graph'))
+    try:
+        procs = list(g.procs.values())
+        for name in ('sim_bridge', 'planner', 'policy'):
+            g.probe.wait_for_node(name, timeout_s=60.0, processes=procs)
+        g.status.wait_for(timeout_s=60.0, what='a runtime_status from sim_bridge')
+        yield g
+    finally:
+        g.close()
+
+
+def _subtasks(feedback: list[str]) -> list[str]:
+    out: list[str] = []
+    for s in feedback:
+        if s and (not out or out[-1] != s):
+            out.append(s)
+    return out
+
+
+def test_run_task_succeeds_with_subtask_feedback(sim):
+    result, feedback = sim.run_task('put the red cube in the bowl', time_limit_s=60.0,
+                                    timeout_s=240.0)
+    assert result is not None and result.success, (
+        f'{result and result.message}\n{sim.procs["planner"].log_text(3000)}')
+    assert _subtasks(feedback)[:2] == ['reach the red cube', 'grasp the red cube']
+    assert 'release the red cube' in _subtasks(feedback)
+    assert list(result.subtasks)[-1] == 'release the red cube'
+    # The scene persists: success does not reset it, the cube stays in the bowl.
+    out = sim.outcome.wait_for(lambda m: m.success and 'red' in m.goal, what='red in bowl')
+    assert out.known_goal
+
+
+def test_vqa_answers_from_the_scene_and_leaves_the_robot_paused(sim):
+    reply = sim.probe.call(AskVqa, 'vqa', AskVqa.Request(question='Is the red cube in the '
+                                                          'bowl?'), timeout_s=30.0)
+    assert reply.success and reply.answer == 'yes', reply
+    reply = sim.probe.call(AskVqa, 'vqa', AskVqa.Request(question='what is in the gripper?',
+                                                          camera='wrist'), timeout_s=30.0)
+    assert reply.success and reply.answer == 'nothing'
+    n = len(sim.status)
+    paused = sim.status.wait_for(lambda m: sim.status.messages.index(m) >= n, what='status')
+    assert paused.mode == RuntimeStatus.MODE_PAUSED and paused.queue_depth == 0
+    bad = sim.probe.call(AskVqa, 'vqa', AskVqa.Request(question='hi', camera='nope'))
+    assert not bad.success and 'front' in bad.message
+
+
+def test_resume_resumes(sim):
+    from std_srvs.srv import Trigger
+    reply = sim.probe.call(Trigger, 'resume', Trigger.Request())
+    assert reply.success
+    n = len(sim.status)
+    sim.status.wait_for(lambda m: sim.status.messages.index(m) >= n
+                        and m.mode == RuntimeStatus.MODE_ACTION, what='action mode')
+
+
+def test_interjection_from_another_process_replans_and_drops_old_chunks(sim):
+    env = {**os.environ}
+    # A task whose target the operator then changes mid-run.
+    from std_msgs.msg import String
+    pub = sim.probe.publisher(String, 'task', qos.LATCHED, wait_subscribers=1)
+    pub.publish(String(data='put the green cube in the bowl'))
+    sim.context.wait_for(lambda m: m.task == 'put the green cube in the bowl'
+                         and m.subtask.endswith('green cube'), what='green plan')
+    said = subprocess.run([sys.executable, '-m', 'lerobot_lang_nodes.cli.main', 'say',
+                           'use the blue cube instead'], env=env, capture_output=True,
+                          text=True, timeout=60)
+    assert said.returncode == 0, said.stderr
+    changed = sim.context.wait_for(lambda m: 'blue' in m.subtask, timeout_s=30.0,
+                                   what='a subtask about the blue cube')
+    assert changed.plan == 'put the blue cube in the bowl'
+    # The executor hears of the new revision, then only dispatches that revision or newer.
+    sim.status.wait_for(lambda m: m.last_chunk_revision >= changed.revision, timeout_s=30.0,
+                        what='a dispatched action of the new revision')
+    revisions = [d['revision'] for d in sim.dispatches()]
+    assert revisions == sorted(revisions), 'an older revision was dispatched after a newer one'
+    assert sim.status.last.context_revision >= changed.revision
+    first_new = revisions.index(next(r for r in revisions if r >= changed.revision))
+    assert all(r >= changed.revision for r in revisions[first_new:])
+    outcome = sim.outcome.wait_for(lambda m: m.success and 'blue' in m.goal, timeout_s=120.0,
+                                   what='the blue cube in the bowl')
+    assert outcome.context_revision >= changed.revision
+
+
+def test_reset_rerolls_the_scene(sim):
+    from std_msgs.msg import String
+    from std_srvs.srv import Trigger
+    truth = sim.probe.subscribe(String, 'sim/ground_truth', qos.LATCHED)
+    before = json.loads(truth.wait_for(what='ground truth').data)
+    reply = sim.probe.call(Trigger, 'sim/reset', Trigger.Request(), timeout_s=30.0)
+    assert reply.success and 'seed 1000' in reply.message, reply.message
+    after = json.loads(truth.wait_for(
+        lambda m: json.loads(m.data)['objects']['red_cube']['position']
+        != before['objects']['red_cube']['position'] and not json.loads(m.data)['objects'][
+            'blue_cube']['in_bowl'], what='a re-rolled layout').data)
+    assert not any(o['in_bowl'] for o in after['objects'].values())
+
+
+def test_killing_the_policy_makes_the_arm_hold(sim):
+    from std_msgs.msg import String
+    pub = sim.probe.publisher(String, 'task', qos.LATCHED, wait_subscribers=1)
+    pub.publish(String(data='put the red cube in the bowl'))
+    moving = sim.status.wait_for(lambda m: m.mode == 'action' and m.queue_depth > 0
+                                 and m.last_chunk_sequence > 0, timeout_s=30.0,
+                                 what='the arm executing chunks')
+    sim.procs['policy'].kill()
+    period = 1.0 / CTRL_HZ
+    n = len(sim.status)
+    empty = sim.status.wait_for(lambda m: sim.status.messages.index(m) >= n
+                                and m.queue_depth == 0, timeout_s=10.0, what='queue ran out')
+    later = sim.status.wait_for(lambda m: sim.status.messages.index(m) >
+                                sim.status.messages.index(empty) + 2, what='later statuses')
+    assert later.dispatched == empty.dispatched, 'an action was dispatched with no policy'
+    assert later.starved_ticks > empty.starved_ticks
+    # Hold within two control periods of the last dispatched action: the tick after it
+    # already counts as starved (the executor never replays an old action).
+    last = sim.dispatches()[-1]
+    t_empty = empty.header.stamp.sec + empty.header.stamp.nanosec * 1e-9
+    t_later = later.header.stamp.sec + later.header.stamp.nanosec * 1e-9
+    starved_rate = (later.starved_ticks - empty.starved_ticks) / (t_later - t_empty)
+    assert starved_rate > 0.8 * CTRL_HZ
+    assert t_empty - last['t'] < 2 * period + 1.0 / 5.0  # status is sampled at 5 Hz
+    assert moving.dispatched <= empty.dispatched
