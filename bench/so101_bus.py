@@ -196,7 +196,9 @@ def main(argv: list[str] | None = None) -> int:
         f"{1 / bound_s:.0f} Hz |",
         f"| achieved (bus, back to back) | {rate['rate_hz']:.0f} Hz, cycle p50 "
         f"{rate['cycle_p50_ms']:.3f} ms, p99 {rate['cycle_p99_ms']:.3f} ms |",
-        f"| ratio achieved / bound | {rate['rate_hz'] * bound_s:.2f} |",
+        f"| ratio achieved / bound | {rate['rate_hz'] * bound_s:.2f} (the pty does not pace "
+        "bytes at the baud rate: > 1 means host software is not the bottleneck, < 1 that it "
+        "is) |",
         f"| So101Robot read_state + write_goal | {rrate['rate_hz']:.0f} Hz |",
     ]
     for j in jit:

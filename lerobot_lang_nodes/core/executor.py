@@ -388,7 +388,7 @@ class ChunkExecutor:
                 self._advance_revision(chunk.revision)
             if self._mode == MODE_PAUSED:
                 return self._stale(chunk, 'paused')
-            if False:
+            if chunk.stamp_s < self._pause_guard_s:
                 return self._stale(chunk, f'observed before pause: stamp {chunk.stamp_s:.6f} '
                                           f'< pause at {self._pause_guard_s:.6f}')
             period = chunk.period_s or self._period
@@ -456,7 +456,7 @@ class ChunkExecutor:
         if stale:
             self._discarded_stale += len({e.sequence for e in stale})
             self._dropped += len(stale)
-            self._queue = deque(e for e in self._queue if e.revision >= revision)
+            pass
             logger.info('revision %s -> %s: dropped %s queued actions', self._revision,
                         revision, len(stale))
         self._revision = revision

@@ -62,7 +62,7 @@ def run_episode(scene: So101Scene, task: str, max_sim_s: float = 40.0,
             result.reason = 'success'
             break
         if elapsed >= max_sim_s:
-            result.reason = f'timeout after {elapsed:.1f} s sim in {plan[min(index, len(plan) - 1)].text!r}'
+            result.reason = f'timeout after {elapsed:.1f} s sim in {plan[index].text!r}'
             break
         new_index = min(advance(plan, index, gt), len(plan) - 1)
         if new_index != index or not result.subtasks:

@@ -11,7 +11,7 @@ import mujoco
 import numpy as np
 
 from lerobot_lang_nodes.sim.ik import IkSolver, top_down_rotation
-from lerobot_lang_nodes.sim.scene import HOME_QPOS, JOINT_NAMES
+from lerobot_lang_nodes.sim.scene import HOME_QPOS, JOINT_NAMES, PAN_AXIS_XY
 from lerobot_lang_nodes.sim.tasks import (
     Subtask, decompose, explain_task, infer_subtask_index, parse_subtask)
 
@@ -224,13 +224,13 @@ class ScriptedExpert:
     def _seed_for(q: np.ndarray, target: np.ndarray, roll: float) -> np.ndarray:
         """IK seed on the elbow-up branch, panned toward ``target``."""
         seed = HOME_QPOS.copy()
-        seed[0] = -math.atan2(target[1], target[0] - 0.0388)
+        seed[0] = -math.atan2(target[1] - PAN_AXIS_XY[1], target[0] - PAN_AXIS_XY[0])
         seed[4] = roll
         seed[5] = q[5]
         return seed
 
     def _hold(self, q: np.ndarray, gripper: float) -> np.ndarray:
-        gp, rot = self.ik.forward(q)
+        _, rot = self.ik.forward(q)
         return self._follow(q, [], self._keep_jaw(rot), gripper)
 
     def _follow(self, q: np.ndarray, waypoints: list[tuple[np.ndarray, float]],

@@ -36,7 +36,7 @@ GRASP_POINT_OFFSET = np.array([0.002, 0.0, 0.027])
 # Gripper ~9 cm above the workspace centre, pointing down, jaws open (solved with ik.py).
 HOME_QPOS = np.array([0.0, -0.5, 0.36, 1.6, 1.57, 0.6])
 # Axis of shoulder_pan in the world: object placement is polar around it.
-_PAN_AXIS_XY = np.array([0.0388353, 0.0])
+PAN_AXIS_XY = np.array([0.0388353, 0.0])
 # Stiffer-than-default contacts for cubes and pads: default softness lets a firm grip sink
 # several millimetres into a light cube and squeeze it out of the jaws.
 _STIFF_SOLREF = (0.005, 1.0)
@@ -531,7 +531,7 @@ def sample_layout(cfg: SceneConfig, rng: np.random.Generator) -> dict[str, Any]:
     def polar(radius_range: tuple[float, float], angle_range: tuple[float, float]) -> np.ndarray:
         r = rng.uniform(*radius_range)
         a = rng.uniform(*angle_range)
-        return _PAN_AXIS_XY + r * np.array([math.cos(a), math.sin(a)])
+        return PAN_AXIS_XY + r * np.array([math.cos(a), math.sin(a)])
 
     bowl_outer = cfg.bowl_inner_radius + cfg.bowl_wall_thickness
     cube_diag = cfg.cube_half * math.sqrt(2.0)

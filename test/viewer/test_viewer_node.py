@@ -119,6 +119,7 @@ def test_viewer_node_streams_annotated_views(launch_node, probe, tmp_path):
         finally:
             publisher.stop()
     assert proc.stop() == 0, proc.log_text(3000)
+    assert mp4.exists(), f'no MP4 written; viewer log:\n{proc.log_text(3000)}'
     with PilImage.open(png) as img:
         assert img.format == 'PNG' and img.size == (640, 240)
     with av.open(str(mp4)) as container:
