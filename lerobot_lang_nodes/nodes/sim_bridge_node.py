@@ -149,18 +149,13 @@ class SimBridgeNode(Node):
         try:
             chunk = convert.chunk_from_msg(msg)
         except InvalidChunk as exc:
-            self._count_invalid(msg, str(exc))
+            self.chunk_executor.record_invalid(f'chunk {msg.sequence}: {exc}')
             return
         result = self.chunk_executor.submit(chunk, self.scene.sim_time)
         if not result.accepted:
             self.get_logger().warning(f'chunk {msg.sequence} (rev {msg.context_revision}) '
                                       f'{result.kind}: {result.reason}',
                                       throttle_duration_sec=2.0)
-
-    def _count_invalid(self, msg: ActionChunk, reason: str) -> None:
-        self.chunk_executor.record_invalid(reason)
-        self.get_logger().warning(f'chunk {msg.sequence} rejected as malformed: {reason}',
-                                  throttle_duration_sec=2.0)
 
     def _on_context(self, msg: LanguageContext) -> None:
         self.chunk_executor.set_revision(int(msg.revision))

@@ -82,6 +82,8 @@ class ViewerNode(Node):
         self.config = cfg = declare_config(self, ViewerConfig)
         reject_unknown_parameters(self)
         self._lock = threading.Lock()
+        # Held for a whole tick, so close() can wait for an in-flight frame before finalising.
+        self._tick_lock = threading.Lock()
         self._frames: dict[str, Optional[np.ndarray]] = {name: None for name in cfg.cameras}
         self._annotation = Annotation()
         self._revision: Optional[int] = None
@@ -139,6 +141,10 @@ class ViewerNode(Node):
         self._server.set_status(f'rev {msg.revision} | subtask: {msg.subtask or "-"}')
 
     def _on_timer(self) -> None:
+        with self._tick_lock:
+            self._tick()
+
+    def _tick(self) -> None:
         with self._lock:
             if self._closing:
                 return
@@ -171,6 +177,8 @@ class ViewerNode(Node):
                 return
             self._closing = True
         self._timer.cancel()
+        with self._tick_lock:  # a tick already running finishes its frame first
+            pass
         self._server.stop()
         if self._mp4 is not None:
             try:

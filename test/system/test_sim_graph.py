@@ -191,6 +191,41 @@ def test_reset_rerolls_the_scene(sim):
     assert not any(o['in_bowl'] for o in after['objects'].values())
 
 
+def test_malformed_and_foreign_chunks_are_rejected_with_a_reason(sim):
+    from lerobot_lang_msgs.msg import ActionChunk
+    pub = sim.probe.publisher(ActionChunk, 'action_chunk', qos.COMMAND, wait_subscribers=1)
+    before = sim.status.last.rejected_invalid
+    joints = ['shoulder_pan', 'shoulder_lift', 'elbow_flex', 'wrist_flex', 'wrist_roll',
+              'gripper']
+    rev = sim.context.last.revision
+    pub.publish(ActionChunk(context_revision=rev, action_names=joints, horizon=2,
+                            action_dim=6, values=[0.0] * 5, sequence=10**6))  # 5 != 2 * 6
+    n = len(sim.status)
+    sim.status.wait_for(lambda m: sim.status.messages.index(m) >= n
+                        and m.rejected_invalid == before + 1, what='one malformed rejection')
+    pub.publish(ActionChunk(context_revision=rev, action_names=[f'j{i}' for i in range(6)],
+                            horizon=1, action_dim=6, values=[0.0] * 6, sequence=10**6 + 1))
+    got = sim.status.wait_for(lambda m: m.rejected_invalid == before + 2,
+                              what='rejection of foreign joint names')
+    assert 'name' in got.last_reject_reason, got.last_reject_reason
+    assert all(p.alive for p in sim.procs.values())
+
+
+def test_operator_cli_ask_and_status(sim):
+    ask = subprocess.run([sys.executable, '-m', 'lerobot_lang_nodes.cli.main', 'ask',
+                          'how many cubes do you see?'], capture_output=True, text=True,
+                         timeout=90)
+    assert ask.returncode == 0, ask.stderr
+    assert ask.stdout.strip() == '3'
+    status = subprocess.run([sys.executable, '-m', 'lerobot_lang_nodes.cli.main', 'status'],
+                            capture_output=True, text=True, timeout=90)
+    assert status.returncode == 0, status.stderr
+    assert 'mode:     paused' in status.stdout and 'task:' in status.stdout
+    resume = subprocess.run([sys.executable, '-m', 'lerobot_lang_nodes.cli.main', 'resume'],
+                            capture_output=True, text=True, timeout=90)
+    assert resume.returncode == 0 and 'resumed' in resume.stdout
+
+
 def test_killing_the_policy_makes_the_arm_hold(sim):
     from std_msgs.msg import String
     pub = sim.probe.publisher(String, 'task', qos.LATCHED, wait_subscribers=1)

@@ -1,0 +1,495 @@
+"""Benchmark the simulated node graph: real-time factor, dispatch jitter, latency, CPU per node.
+
+Usage: .venv/bin/python bench/sim_graph.py [--sim-seconds 60] [--viewer] [--no-cycle]
+                                           [--out bench/reports]
+
+The graph is started as the system test starts it (graph.SIM specs, graph.ros_args and a
+temporary copy of config/sim.yaml with a dispatch log), one process per node, in a private
+ROS domain with discovery kept on loopback. A task is published on `task`; by default the
+next colour is sent after each success (and the scene re-rolled after the last colour) so the
+arm keeps working for the whole measured window. See bench/README.md, "Simulated graph".
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import signal
+import socket
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from lerobot_lang_nodes import dds, graph
+from lerobot_lang_nodes.testing import NodeProcess, WaitTimeout, wait_until
+
+REPORT_DIR = Path(__file__).resolve().parent / 'reports'
+COLOURS = ('red', 'green', 'blue')
+CLK_TCK = os.sysconf('SC_CLK_TCK')
+
+
+def task_text(colour: str) -> str:
+    # The canonical phrasing: the sim's TaskOutcome.goal is then exactly this text.
+    return f'put the {colour} cube in the bowl'
+
+
+def stamp_s(stamp: Any) -> float:
+    return float(stamp.sec) + float(stamp.nanosec) * 1e-9
+
+
+# --- /proc readings -----------------------------------------------------------------------
+def cpu_seconds(pid: int | str) -> float | None:
+    """utime + stime of a process (all its threads), in seconds; None once it is gone."""
+    try:
+        text = Path(f'/proc/{pid}/stat').read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    # The command name (field 2) may contain spaces: split after its closing parenthesis.
+    fields = text[text.rindex(')') + 2:].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK  # fields 14 and 15 of proc(5)
+
+
+def max_rss_mb(pid: int | str) -> float | None:
+    """Peak resident set size (VmHWM) in MiB."""
+    try:
+        for line in Path(f'/proc/{pid}/status').read_text().splitlines():
+            if line.startswith('VmHWM:'):
+                return int(line.split()[1]) / 1024.0
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    return None
+
+
+# --- statistics ---------------------------------------------------------------------------
+def percentiles(values: list[float] | np.ndarray, scale: float = 1.0) -> dict[str, Any]:
+    """p50 / p99 / max of ``values`` * ``scale``, rounded; None entries when there is no data."""
+    arr = np.asarray(values, dtype=np.float64) * scale
+    if arr.size == 0:
+        return {'p50': None, 'p99': None, 'max': None, 'n': 0}
+    return {'p50': round(float(np.percentile(arr, 50)), 3),
+            'p99': round(float(np.percentile(arr, 99)), 3),
+            'max': round(float(arr.max()), 3), 'n': int(arr.size)}
+
+
+def sim_dispatch_jitter(dispatches: list[dict], period: float) -> dict[str, Any]:
+    """|period - nominal| between consecutive dispatches, in sim ms.
+
+    Sim time advances by exactly one period per tick, so this is 0 while the queue is fed;
+    a tick without an action (starved, paused, reset) shows up as a multiple of the period.
+    """
+    t = np.array([d['t'] for d in dispatches], dtype=np.float64)
+    dt = np.diff(t)
+    out = percentiles(np.abs(dt - period), 1000.0)
+    out['gaps'] = int(np.sum(dt > 1.5 * period))  # periods with at least one tick missing
+    return out
+
+
+def wall_joint_jitter(arrivals: list[tuple[float, float]], period: float) -> dict[str, Any]:
+    """|wall period - nominal| between /joint_states of consecutive ticks, as the probe saw them.
+
+    Pairs across a lost message (best-effort QoS) are skipped: they say nothing about the
+    loop's pacing. The figure includes DDS delivery and the probe's own scheduling.
+    """
+    rows = sorted(arrivals, key=lambda r: r[0])  # by sim stamp
+    diffs, dropped = [], 0
+    for (s0, w0), (s1, w1) in zip(rows, rows[1:]):
+        ticks = round((s1 - s0) / period)
+        if ticks == 1:
+            diffs.append(abs((w1 - w0) - period))
+        elif ticks > 1:
+            dropped += ticks - 1
+    out = percentiles(diffs, 1000.0)
+    out['lost_messages'] = dropped
+    return out
+
+
+# --- the graph ----------------------------------------------------------------------------
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(('127.0.0.1', 0))
+        return sock.getsockname()[1]
+
+
+def write_params(tmp: Path, dispatch_log: Path, viewer: bool, target_rtf: float | None
+                 ) -> tuple[Path, dict]:
+    params = yaml.safe_load(graph.default_params_file('sim').read_text())
+    params['sim_bridge']['ros__parameters']['dispatch_log_path'] = str(dispatch_log)
+    if target_rtf is not None:
+        params['sim_bridge']['ros__parameters']['real_time_factor'] = target_rtf
+    if viewer:
+        # Not the default 8010: a live `lerobot-lang sim` on this machine may hold it.
+        params['viewer']['ros__parameters']['port'] = free_port()
+    path = tmp / 'sim.yaml'
+    path.write_text(yaml.safe_dump(params))
+    return path, params
+
+
+def start_nodes(params_file: Path, tmp: Path, env: dict[str, str], viewer: bool
+                ) -> dict[str, NodeProcess]:
+    procs: dict[str, NodeProcess] = {}
+    for spec in graph.SIM:
+        if spec.name == 'viewer' and not viewer:
+            continue
+        argv = [sys.executable, '-m', spec.module, *graph.ros_args(spec, params_file)]
+        procs[spec.name] = NodeProcess(spec.name, argv, tmp / f'{spec.name}.log', env=env)
+    return procs
+
+
+class Recorder:
+    """The probe's subscriptions: everything the figures need, timestamped on arrival."""
+
+    def __init__(self, probe: Any) -> None:
+        from rosgraph_msgs.msg import Clock
+        from sensor_msgs.msg import JointState
+
+        from lerobot_lang_msgs.msg import (ActionChunk, LanguageContext, RuntimeStatus,
+                                           TaskOutcome)
+        from lerobot_lang_nodes.nodes import qos
+        self.lock = threading.Lock()
+        self.clock: tuple[float, float] | None = None      # (sim s, wall s) of the last /clock
+        self.joints: list[tuple[float, float]] = []        # (stamp sim s, arrival wall s)
+        self.chunks: dict[int, float] = {}                 # sequence -> observation stamp
+        self.status: Any = None
+        self.context: Any = None
+        self.outcome: Any = None
+        self.recording = False
+        node = probe.node
+        node.create_subscription(Clock, '/clock', self._on_clock, qos.CLOCK)
+        node.create_subscription(JointState, 'joint_states', self._on_joints, qos.SENSOR)
+        node.create_subscription(ActionChunk, 'action_chunk', self._on_chunk, qos.COMMAND)
+        node.create_subscription(RuntimeStatus, 'runtime_status', self._set('status'),
+                                 qos.STATUS)
+        node.create_subscription(LanguageContext, 'language_context', self._set('context'),
+                                 qos.LATCHED)
+        node.create_subscription(TaskOutcome, 'task_outcome', self._set('outcome'),
+                                 qos.LATCHED)
+
+    def _set(self, attr: str):
+        def callback(msg: Any) -> None:
+            with self.lock:
+                setattr(self, attr, msg)
+        return callback
+
+    def _on_clock(self, msg: Any) -> None:
+        with self.lock:
+            self.clock = (stamp_s(msg.clock), time.monotonic())
+
+    def _on_joints(self, msg: Any) -> None:
+        wall = time.monotonic()  # first thing: the arrival time is the measurement
+        if self.recording:
+            with self.lock:
+                self.joints.append((stamp_s(msg.header.stamp), wall))
+
+    def _on_chunk(self, msg: Any) -> None:
+        with self.lock:
+            self.chunks[int(msg.sequence)] = stamp_s(msg.header.stamp)
+
+    def get(self, attr: str) -> Any:
+        with self.lock:
+            return getattr(self, attr)
+
+
+class TaskCycler:
+    """Sends a task, notices its success, then sends the next colour (re-rolling after blue)."""
+
+    def __init__(self, probe: Any, rec: Recorder, cycle: bool, first: str,
+                 task_timeout_s: float) -> None:
+        from std_msgs.msg import String
+
+        from lerobot_lang_nodes.nodes import qos
+        self._String = String
+        self.probe, self.rec, self.cycle = probe, rec, cycle
+        self.task_timeout_s = task_timeout_s
+        self.pub = probe.publisher(String, 'task', qos.LATCHED, wait_subscribers=1,
+                                   timeout_s=30.0)
+        self.colour = first
+        self.current = ''
+        self.revision: int | None = None   # context revision at which the planner took it
+        self.sent_sim = 0.0
+        self.done_for_current = False
+        self.sent = 0
+        self.completed: list[float] = []    # sim seconds from send to success
+        self.timed_out = 0
+        self.resets = 0
+
+    def send(self, sim_now: float) -> None:
+        self.current = task_text(self.colour)
+        self.revision, self.sent_sim, self.done_for_current = None, sim_now, False
+        self.pub.publish(self._String(data=self.current))
+        self.sent += 1
+
+    def _next(self, sim_now: float) -> None:
+        index = COLOURS.index(self.colour) + 1
+        if index == len(COLOURS):
+            # Every cube is in the bowl: re-roll the layout (the only way objects move other
+            # than through physics), so the next round has work to do.
+            from std_srvs.srv import Trigger
+            reply = self.probe.call(Trigger, 'sim/reset', Trigger.Request(), timeout_s=30.0)
+            if not reply.success:
+                raise RuntimeError(f'sim/reset failed: {reply.message}')
+            self.resets += 1
+        self.colour = COLOURS[index % len(COLOURS)]
+        self.send(self.rec.get('clock')[0] if self.rec.get('clock') else sim_now)
+
+    def step(self, sim_now: float) -> None:
+        ctx = self.rec.get('context')
+        if self.revision is None:
+            if ctx is not None and ctx.task == self.current:
+                self.revision = int(ctx.revision)
+            return
+        out = self.rec.get('outcome')
+        success = (out is not None and out.success and out.goal == self.current
+                   and out.context_revision >= self.revision)
+        if success and not self.done_for_current:
+            self.done_for_current = True
+            self.completed.append(sim_now - self.sent_sim)
+            if self.cycle:
+                self._next(sim_now)
+        elif (self.cycle and not self.done_for_current
+              and sim_now - self.sent_sim > self.task_timeout_s):
+            self.timed_out += 1  # the expert got stuck: move on so the arm keeps working
+            self._next(sim_now)
+
+
+# --- the run ------------------------------------------------------------------------------
+def run(args: argparse.Namespace, env: dict[str, str], t_start: float) -> dict[str, Any]:
+    from lerobot_lang_nodes.testing import RosProbe
+
+    wall_cap = 3.0 * args.sim_seconds + 60.0 if args.wall_cap is None else args.wall_cap
+    deadline = t_start + wall_cap
+
+    def remaining(limit: float) -> float:
+        return max(0.1, min(limit, deadline - time.monotonic()))
+
+    tmp = Path(tempfile.mkdtemp(prefix='bench_sim_graph_'))
+    dispatch_log = tmp / 'dispatch.jsonl'
+    params_file, params = write_params(tmp, dispatch_log, args.viewer, args.target_rtf)
+    sim_params = params['sim_bridge']['ros__parameters']
+    ctrl_hz = float(sim_params['ctrl_hz'])
+    period = 1.0 / ctrl_hz
+    procs = start_nodes(params_file, tmp, env, args.viewer)
+    plist = list(procs.values())
+    probe = RosProbe('bench_sim_graph_probe')
+    ok = False
+    try:
+        rec = Recorder(probe)
+        for name in procs:
+            probe.wait_for_node(name, timeout_s=remaining(90.0), processes=plist)
+        wait_until(lambda: rec.get('status') is not None and rec.get('clock') is not None,
+                   remaining(90.0), 'runtime_status and /clock from sim_bridge', plist)
+        startup_wall = time.monotonic() - t_start
+
+        cycler = TaskCycler(probe, rec, not args.no_cycle, args.colour, args.task_timeout)
+        # The measured window starts when the task is sent: from here the arm has work.
+        sim0, wall0 = rec.get('clock')
+        cpu0 = {name: cpu_seconds(p.pid) for name, p in procs.items()}
+        cpu0['bench_probe'] = cpu_seconds('self')
+        status0 = rec.get('status')
+        rec.recording = True
+        cycler.send(sim0)
+        sim_end = sim0 + args.sim_seconds
+
+        def step() -> bool:
+            clock = rec.get('clock')
+            cycler.step(clock[0])
+            return clock[0] >= sim_end
+
+        truncated = False
+        try:
+            wait_until(step, deadline - time.monotonic(), f'{args.sim_seconds} s of sim time',
+                       plist, poll_s=0.05)
+        except WaitTimeout:
+            if any(not p.alive for p in plist):
+                raise
+            truncated = True  # the wall-clock cap: report what was measured, flagged
+        rec.recording = False
+        sim1, wall1 = rec.get('clock')
+        cpu1 = {name: cpu_seconds(p.pid) for name, p in procs.items()}
+        cpu1['bench_probe'] = cpu_seconds('self')
+        rss = {name: max_rss_mb(p.pid) for name, p in procs.items()}
+        rss['bench_probe'] = max_rss_mb('self')
+        status1 = rec.get('status')
+        joints = list(rec.joints)
+        chunks = dict(rec.chunks)
+        ok = True
+    finally:
+        # Reverse start order: the simulator stops last, so no node waits on a dead clock.
+        codes = {name: procs[name].stop() for name in reversed(list(procs))}
+        probe.close()
+        if not ok or args.keep_logs:
+            sys.stderr.write(f'node logs kept in {tmp}\n')
+    try:
+        dispatches = [json.loads(line) for line in dispatch_log.read_text().splitlines()
+                      if line.endswith('}')]
+    finally:
+        if not args.keep_logs:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    sim_s, wall_s = sim1 - sim0, wall1 - wall0
+    window = [d for d in dispatches if sim0 <= d['t'] <= sim1]
+    first_dispatch: dict[int, float] = {}
+    for d in dispatches:
+        first_dispatch.setdefault(int(d['sequence']), float(d['t']))
+    latencies, never = [], 0
+    for seq, obs in chunks.items():
+        if not sim0 <= obs <= sim1:
+            continue
+        if seq in first_dispatch:
+            latencies.append(first_dispatch[seq] - obs)
+        else:
+            never += 1  # replaced before its first action was due, or arrived after the end
+    starved = int(status1.starved_ticks - status0.starved_ticks)
+    cpu = {}
+    for name in cpu1:
+        used = (cpu1[name] - cpu0[name]) if None not in (cpu0[name], cpu1[name]) else None
+        cpu[name] = {'cpu_pct_of_core': None if used is None else round(100.0 * used / wall_s, 1),
+                     'max_rss_mb': None if rss[name] is None else round(rss[name], 1)}
+    done = cycler.completed
+    return {
+        'benchmark': 'sim_graph',
+        'date': time.strftime('%Y-%m-%d %H:%M:%S'),
+        'machine': {'cpus': os.cpu_count(), 'python': platform.python_version(),
+                    'loadavg_1min_at_start': round(args.loadavg0, 2)},
+        'config': {'sim_seconds': args.sim_seconds, 'ctrl_hz': ctrl_hz,
+                   'target_real_time_factor': sim_params['real_time_factor'],
+                   'cameras': list(sim_params['cameras']),
+                   'image': f"{sim_params['image_width']}x{sim_params['image_height']}",
+                   'camera_hz': sim_params['camera_hz'], 'viewer': bool(args.viewer),
+                   'cycle_tasks': not args.no_cycle, 'nodes': list(procs)},
+        'run': {'sim_s': round(sim_s, 3), 'wall_s': round(wall_s, 3),
+                'startup_wall_s': round(startup_wall, 1), 'truncated_by_wall_cap': truncated,
+                'exit_codes': codes},
+        'real_time_factor': round(sim_s / wall_s, 3),
+        'dispatch_jitter_ms': {'sim_dispatch_log': sim_dispatch_jitter(window, period),
+                               'wall_joint_states': wall_joint_jitter(joints, period)},
+        'executor': {
+            'dispatched': int(status1.dispatched - status0.dispatched),
+            'dispatch_log_lines': len(window),
+            'starved_ticks': starved,
+            'starved_per_sim_min': round(60.0 * starved / sim_s, 1) if sim_s > 0 else None,
+            'starved_fraction': round(starved / max(1.0, sim_s * ctrl_hz), 4),
+            'discarded_stale': int(status1.discarded_stale - status0.discarded_stale),
+            'rejected_invalid': int(status1.rejected_invalid - status0.rejected_invalid)},
+        'chunk_latency_ms': {**percentiles(latencies, 1000.0), 'never_dispatched': never,
+                             'chunks_received': len(chunks)},
+        'cpu': cpu,
+        'tasks': {'sent': cycler.sent, 'completed': len(done), 'timed_out': cycler.timed_out,
+                  'scene_resets': cycler.resets,
+                  'median_sim_s_to_success': (round(float(np.median(done)), 2) if done
+                                              else None)},
+    }
+
+
+# --- output -------------------------------------------------------------------------------
+def _fmt(stats: dict[str, Any], unit: str = 'ms') -> str:
+    if not stats.get('n'):
+        return 'no data'
+    return f"p50 {stats['p50']:.3f} / p99 {stats['p99']:.3f} {unit} (max {stats['max']:.1f}, " \
+           f"n {stats['n']})"
+
+
+def rows(r: dict[str, Any]) -> list[tuple[str, str]]:
+    jit, ex, lat, tasks = (r['dispatch_jitter_ms'], r['executor'], r['chunk_latency_ms'],
+                           r['tasks'])
+    out = [
+        ('real-time factor (sim s / wall s)',
+         f"{r['real_time_factor']:.3f} (target {r['config']['target_real_time_factor']}; "
+         f"{r['run']['sim_s']:.1f} sim s in {r['run']['wall_s']:.1f} wall s)"),
+        ('dispatch jitter, sim (dispatch log)',
+         _fmt(jit['sim_dispatch_log']) + f", gaps {jit['sim_dispatch_log']['gaps']}"),
+        ('dispatch jitter, wall (/joint_states)',
+         _fmt(jit['wall_joint_states'])
+         + f", lost {jit['wall_joint_states']['lost_messages']}"),
+        ('starved ticks', f"{ex['starved_ticks']} ({ex['starved_per_sim_min']}/sim min, "
+                          f"{100 * ex['starved_fraction']:.1f}% of ticks)"),
+        ('discarded stale / rejected invalid',
+         f"{ex['discarded_stale']} / {ex['rejected_invalid']}"),
+        ('chunk latency, obs stamp -> 1st dispatch',
+         _fmt(lat, 'sim ms') + f", never dispatched {lat['never_dispatched']}"),
+    ]
+    for name, c in r['cpu'].items():
+        pct = 'gone' if c['cpu_pct_of_core'] is None else f"{c['cpu_pct_of_core']:.1f}%"
+        out.append((f'CPU {name}', f"{pct} of one core, max RSS {c['max_rss_mb']} MiB"))
+    out.append(('tasks completed',
+                f"{tasks['completed']} of {tasks['sent']} sent (timed out "
+                f"{tasks['timed_out']}, resets {tasks['scene_resets']}, median "
+                f"{tasks['median_sim_s_to_success']} sim s each)"))
+    return out
+
+
+def markdown(r: dict[str, Any]) -> str:
+    c, m = r['config'], r['machine']
+    lines = ['# Simulated graph benchmark', '',
+             f"{r['date']}; {m['cpus']} CPUs, Python {m['python']}, load average "
+             f"{m['loadavg_1min_at_start']} at start. Nodes: {', '.join(c['nodes'])} "
+             f"(one process each); ctrl {c['ctrl_hz']:.0f} Hz, cameras "
+             f"{', '.join(c['cameras'])} {c['image']} @ {c['camera_hz']} Hz; "
+             f"{c['sim_seconds']} sim s, tasks {'cycled' if c['cycle_tasks'] else 'single'}."
+             + (' Stopped by the wall-clock cap.' if r['run']['truncated_by_wall_cap'] else ''),
+             '', '| figure | value |', '|---|---|']
+    lines += [f'| {k} | {v} |' for k, v in rows(r)]
+    lines += ['', 'One run on a shared machine: compare ratios and medians between runs, not '
+              'absolute values. Figures are explained in bench/README.md ("Simulated graph").']
+    return '\n'.join(lines) + '\n'
+
+
+def table(r: dict[str, Any]) -> str:
+    data = rows(r)
+    width = max(len(k) for k, _ in data)
+    return '\n'.join(f'{k:<{width}}  {v}' for k, v in data)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument('--sim-seconds', type=float, default=60.0,
+                        help='measured duration in sim time (default 60)')
+    parser.add_argument('--viewer', action='store_true', help='also run the viewer node')
+    parser.add_argument('--no-cycle', action='store_true',
+                        help='send one task only (the arm idles after it succeeds)')
+    parser.add_argument('--colour', choices=COLOURS, default='red', help='first cube')
+    parser.add_argument('--task-timeout', type=float, default=45.0,
+                        help='sim s after which a cycled task is abandoned for the next')
+    parser.add_argument('--target-rtf', type=float, default=None,
+                        help="sim_bridge real_time_factor (default: config/sim.yaml's)")
+    parser.add_argument('--wall-cap', type=float, default=None,
+                        help='stop after this many wall s in all (default 3 x sim + 60)')
+    parser.add_argument('--out', type=Path, default=REPORT_DIR,
+                        help='folder for sim_graph.json and sim_graph.md')
+    parser.add_argument('--keep-logs', action='store_true',
+                        help='keep the node logs and dispatch log (path printed)')
+    args = parser.parse_args(argv)
+    t_start = time.monotonic()
+    args.loadavg0 = os.getloadavg()[0]
+
+    # A private domain on loopback before rclpy is imported anywhere: the probe in this
+    # process and every node process share it, and nothing else on the machine sees them.
+    from domain_coordinator import domain_id
+    with domain_id() as domain:
+        env = dds.ros_environment(domain_id=domain)
+        env['ROS_AUTOMATIC_DISCOVERY_RANGE'] = 'LOCALHOST'  # forced, even if set otherwise
+        env['MUJOCO_GL'] = 'egl'
+        env.setdefault('AMENT_PREFIX_PATH', sys.prefix)
+        os.environ.update(env)
+        # SIGTERM takes the same clean path as Ctrl-C: every node is stopped by its PID.
+        signal.signal(signal.SIGTERM, signal.default_int_handler)
+        report = run(args, dict(os.environ), t_start)
+
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / 'sim_graph.json').write_text(json.dumps(report, indent=2) + '\n')
+    (args.out / 'sim_graph.md').write_text(markdown(report))
+    sys.stdout.write(table(report) + f"\n\nreports: {args.out / 'sim_graph.json'}, "
+                     f"{args.out / 'sim_graph.md'} (ROS_DOMAIN_ID {domain})\n")
+    return 0 if not report['run']['truncated_by_wall_cap'] else 1
+
+
+if __name__ == '__main__':
+    sys.exit(main())

@@ -1,0 +1,57 @@
+"""Nodes refuse bad configuration at start-up with a message that says what to fix."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from lerobot_lang_nodes import graph
+from lerobot_lang_nodes.testing import node_command
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _run(module: str, **params) -> subprocess.CompletedProcess:
+    return subprocess.run(node_command(module, params=params), capture_output=True, text=True,
+                          timeout=60)
+
+
+def test_unknown_parameter_is_an_error_naming_the_known_ones():
+    out = _run('lerobot_lang_nodes.nodes.planner_node', chunks_per_regn=2)
+    assert out.returncode == 2, out.stdout + out.stderr
+    text = out.stdout + out.stderr
+    assert "unknown parameter(s) ['chunks_per_regn']" in text
+    assert 'chunks_per_regen' in text  # the known parameters are listed
+
+
+def test_unknown_backend_lists_the_registered_ones():
+    out = _run('lerobot_lang_nodes.nodes.policy_node', backend='smolvla_typo')
+    assert out.returncode == 2
+    assert "unknown policy backend 'smolvla_typo'; known: ['scripted']" in out.stdout + out.stderr
+
+
+def test_invalid_choice_is_rejected():
+    out = _run('lerobot_lang_nodes.nodes.policy_node', condition_on='subtasks')
+    assert out.returncode == 2
+    assert "valid choices: ['context', 'task']" in out.stdout + out.stderr
+
+
+def test_every_graph_node_has_a_console_script_and_a_main():
+    tree = ast.parse((ROOT / 'setup.py').read_text())
+    scripts = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and ' = ' in node.value:
+            name, target = node.value.split(' = ', 1)
+            scripts[name.strip()] = target.strip()
+    for spec in graph.SIM:
+        assert scripts.get(spec.name) == f'{spec.module}:main', spec.name
+        assert (ROOT / (spec.module.replace('.', '/') + '.py')).is_file()
+
+
+@pytest.mark.parametrize('launch_file', sorted((ROOT / 'launch').glob('*.launch.py')))
+def test_launch_files_compile(launch_file):
+    compile(launch_file.read_text(), str(launch_file), 'exec')
