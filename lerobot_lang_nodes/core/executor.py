@@ -388,7 +388,7 @@ class ChunkExecutor:
                 self._advance_revision(chunk.revision)
             if self._mode == MODE_PAUSED:
                 return self._stale(chunk, 'paused')
-            if False:
+            if chunk.stamp_s < self._pause_guard_s:
                 return self._stale(chunk, f'observed before pause: stamp {chunk.stamp_s:.6f} '
                                           f'< pause at {self._pause_guard_s:.6f}')
             period = chunk.period_s or self._period
@@ -418,14 +418,6 @@ class ChunkExecutor:
             queued = sum(1 for e in self._queue if e.sequence == chunk.sequence)
             reason = 'ok' if not truncated else f'ok; queue full, {truncated} actions dropped'
             return SubmitResult(True, 'ok', reason, skipped=skipped, queued=queued)
-
-    def record_invalid(self, reason: str) -> SubmitResult:
-        """Count a chunk that could not even be built (e.g. a malformed message) as invalid."""
-        with self._lock:
-            self._rejected_invalid += 1
-            self._last_reject = reason
-        logger.warning('rejected malformed chunk: %s', reason)
-        return SubmitResult(False, 'invalid', reason)
 
     def _stale(self, chunk: Chunk, reason: str) -> SubmitResult:
         self._discarded_stale += 1

@@ -7,6 +7,7 @@ import io
 import json
 import logging
 import socket
+import sys
 import threading
 import time
 from http import HTTPStatus
@@ -231,7 +232,11 @@ class _HttpServer(ThreadingHTTPServer):
         super().__init__(address, _Handler)
 
     def handle_error(self, request, client_address) -> None:
-        logger.warning('error while serving %s', client_address, exc_info=True)
+        # A client vanishing mid-request is routine for a live view; anything else is a bug.
+        if isinstance(sys.exc_info()[1], OSError):
+            logger.debug('client %s went away', client_address, exc_info=True)
+        else:
+            logger.warning('error while serving %s', client_address, exc_info=True)
 
 
 class MjpegServer:

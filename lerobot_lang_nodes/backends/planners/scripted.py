@@ -72,7 +72,12 @@ class ScriptedPlanner:
             self._plan = tasks.decompose(goal)
             self._index = tasks.infer_subtask_index(self._plan, truth) if truth else 0
         elif truth:
-            self._index = tasks.advance(self._plan, self._index, truth)
+            index = tasks.advance(self._plan, self._index, truth)
+            if index >= self._index:
+                # Skip ahead to what the world already shows (e.g. a cube handed over), but
+                # keep advance()'s step back after a drop.
+                index = max(index, tasks.infer_subtask_index(self._plan, truth))
+            self._index = index
         # Past the last step the goal is met: keep the last subtask (a repeat, not a change).
         return self._plan[min(self._index, len(self._plan) - 1)].text
 

@@ -1,0 +1,57 @@
+"""Exact message structure of the prompt builders."""
+
+from __future__ import annotations
+
+from lerobot_lang_nodes.core import prompts
+from lerobot_lang_nodes.core.language import LanguageSnapshot, LanguageState
+
+
+def test_subtask_messages():
+    assert prompts.subtask_messages('clean the table') == [
+        {'role': 'user', 'content': 'clean the table'}]
+
+
+def test_memory_messages_full():
+    assert prompts.memory_messages('clean', 'cup moved', 'pick up the cup') == [
+        {'role': 'user', 'content': 'clean'},
+        {'role': 'assistant', 'content': 'Previous memory: cup moved'},
+        {'role': 'user', 'content': 'Completed subtask: pick up the cup'},
+    ]
+
+
+def test_memory_messages_skip_absent_turns_like_the_training_recipe():
+    assert prompts.memory_messages('clean', '', 'pick up the cup') == [
+        {'role': 'user', 'content': 'clean'},
+        {'role': 'user', 'content': 'Completed subtask: pick up the cup'},
+    ]
+    assert prompts.memory_messages('clean', '', '') == [{'role': 'user', 'content': 'clean'}]
+
+
+def test_interjection_messages():
+    assert prompts.interjection_messages('clean', 'skip the plate') == [
+        {'role': 'user', 'content': 'clean'},
+        {'role': 'user', 'content': 'skip the plate'},
+    ]
+
+
+def test_vqa_messages_keep_the_image_object():
+    image = object()
+    msgs = prompts.vqa_messages('what is on the table?', image, camera='wrist')
+    assert msgs == [{'role': 'user', 'content': [
+        {'type': 'image', 'image': image, 'camera': 'wrist'},
+        {'type': 'text', 'text': 'what is on the table?'},
+    ]}]
+    assert msgs[0]['content'][0]['image'] is image
+    assert prompts.vqa_messages('q', image)[0]['content'][0]['camera'] == ''
+
+
+def test_action_instruction_prefers_subtask():
+    assert prompts.action_instruction(('task', 'sub')) == 'sub'
+    assert prompts.action_instruction(('task', '')) == 'task'
+    assert prompts.action_instruction(('task', '  ')) == 'task'
+    assert prompts.action_instruction('task', 'sub') == 'sub'
+    assert prompts.action_instruction('task') == 'task'
+    snap = LanguageSnapshot('t', 's', '', '', '', 3, 'action', 'planner')
+    assert prompts.action_instruction(snap) == 's'
+    state = LanguageState(task='t')
+    assert prompts.action_instruction(state) == 't'
