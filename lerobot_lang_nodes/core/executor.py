@@ -19,6 +19,17 @@ Rules (see ``ChunkExecutor`` for the details of each):
 * ``tick`` pops one action per call; after a gap longer than one period it pops
   ``round(elapsed * ctrl_hz)`` actions (at least one, at most the queue) and returns only the
   latest. An empty queue returns ``None`` (the caller holds position; nothing is replayed).
+  The first dispatch after a pause, a starvation gap or a clock regression pops exactly one.
+* Time alignment: action ``i`` of a chunk is due during ``[stamp + i*period,
+  stamp + (i+1)*period)``; on arrival the actions whose slot has fully elapsed are skipped
+  (the one due now is kept). It applies to every replace policy.
+* Replace policies for an accepted chunk: ``tail`` drops the queue and queues the new chunk;
+  ``blend`` pairs the queue and the new chunk position by position, queues
+  ``(1 - w) * old + w * new`` over the overlap followed by the rest of the new chunk, and drops
+  old actions beyond it (as LeRobot's async-inference aggregation); ``append`` queues after the
+  existing actions. If the queue would exceed ``max_queue``, the far-future end is truncated.
+* Clock regressions (``now_s`` lower than before, e.g. a simulator reset) keep a burst's
+  remaining duration and pull the pause guard back to the new timeline.
 """
 
 from __future__ import annotations
@@ -121,7 +132,8 @@ class Chunk:
                 f'chunk has {flat.size} values, expected horizon*action_dim = '
                 f'{horizon}*{action_dim} = {expected}; fix the producer so the sizes agree',
                 reason=f'{flat.size} values != horizon {horizon} * dim {action_dim}')
-        return cls(values=flat.reshape(int(horizon), int(action_dim)), **kw)  # type: ignore[arg-type]
+        shaped = flat.reshape(int(horizon), int(action_dim))
+        return cls(values=shaped, **kw)  # type: ignore[arg-type]
 
 
 def _as_limits(name: str, limits: Sequence[float] | None, dim: int) -> tuple[float, ...] | None:
@@ -272,6 +284,9 @@ class ChunkExecutor:
 
     Thread-safe: every public method takes an internal lock, and ``on_dispatch`` is called
     after the lock is released (a callback may call back into the executor).
+    ``on_dispatch(chunk_sequence, revision, step_index, action)`` is called once per tick for
+    the action actually returned; actions popped by catch-up but not returned are counted in
+    ``dispatched`` and ``catchup_skipped`` only. A failing callback is logged, never raised.
 
     Submitting while paused is rejected as ``kind='stale'`` with ``reason='paused'`` (and
     counted in ``discarded_stale``): pause cleared the queue, and a chunk that was being
@@ -418,6 +433,14 @@ class ChunkExecutor:
             queued = sum(1 for e in self._queue if e.sequence == chunk.sequence)
             reason = 'ok' if not truncated else f'ok; queue full, {truncated} actions dropped'
             return SubmitResult(True, 'ok', reason, skipped=skipped, queued=queued)
+
+    def record_invalid(self, reason: str) -> SubmitResult:
+        """Count a chunk that could not even be built (e.g. a malformed message) as invalid."""
+        with self._lock:
+            self._rejected_invalid += 1
+            self._last_reject = reason
+        logger.warning('rejected malformed chunk: %s', reason)
+        return SubmitResult(False, 'invalid', reason)
 
     def _stale(self, chunk: Chunk, reason: str) -> SubmitResult:
         self._discarded_stale += 1

@@ -18,17 +18,20 @@ def to_rgb(encoding: str, height: int, width: int, step: int, data: bytes | memo
            ) -> np.ndarray:
     """Return an HxWx3 uint8 RGB copy of a raw image buffer."""
     if encoding not in _ENCODINGS:
-        raise ImageFormatError(f'image encoding {encoding!r} is not supported; use one of '
+        raise ImageFormatError(f'unsupported image encoding {encoding!r}; publish one of '
                                f'{list(SUPPORTED_ENCODINGS)}')
     channels, order = _ENCODINGS[encoding]
-    if height <= 0 or width <= 0 or step < width * channels:
-        raise ImageFormatError(f'image {width}x{height} {encoding} with step {step}: step must '
-                               f'be >= width*{channels} and sizes > 0')
-    buf = np.frombuffer(data, dtype=np.uint8)
+    row = width * channels
+    if height <= 0 or width <= 0:
+        raise ImageFormatError(f'empty image {width}x{height}')
+    if step < row:
+        raise ImageFormatError(f'step {step} is shorter than a row of {row} bytes '
+                               f'({width} px x {channels} channels of {encoding})')
+    buf = np.frombuffer(memoryview(data), dtype=np.uint8)
     if buf.size < step * height:
-        raise ImageFormatError(f'image {width}x{height} {encoding} needs {step * height} bytes '
-                               f'(step {step}), got {buf.size}')
-    rows = buf[:step * height].reshape(height, step)[:, :width * channels]
+        raise ImageFormatError(f'{buf.size} data bytes for a {width}x{height} {encoding} image '
+                               f'with step {step}; expected {step * height}')
+    rows = buf[:step * height].reshape(height, step)[:, :row]
     img = rows.reshape(height, width, channels)
     if channels == 1:
         return np.repeat(img, 3, axis=2)

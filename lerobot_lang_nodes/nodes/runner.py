@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import logging
+import signal
 import sys
 from collections.abc import Callable
 from typing import Any
 
 import rclpy
 from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
+from rclpy.signals import SignalHandlerOptions
 
 # Errors whose message already says what to do: log one line and exit, no traceback.
 STARTUP_ERRORS: tuple[type[BaseException], ...] = (ValueError, FileNotFoundError, LookupError,
@@ -37,21 +39,33 @@ class RclpyLogHandler(logging.Handler):
             self.handleError(record)
 
 
+def _raise_keyboard_interrupt(_signum: int, _frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
 def run(factory: Callable[[], Any], args: list[str] | None = None, *, threads: int = 4,
         name: str = 'node') -> int:
     """Create the node with ``factory`` and spin it until Ctrl-C or shutdown.
 
     Returns the process exit code: 0 after a clean stop, 2 when the node could not start.
     """
-    rclpy.init(args=sys.argv if args is None else args)
+    # rclpy's own SIGINT handler shuts the context down at once, so a node's close() could no
+    # longer publish its last words (or finish a recording) over ROS. Handle Ctrl-C and
+    # SIGTERM here instead: close() runs while the context is still valid.
+    rclpy.init(args=sys.argv if args is None else args,
+               signal_handler_options=SignalHandlerOptions.NO)
+    signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
     node = None
     handler = None
+    executor = None
     try:
         try:
             node = factory()
         except STARTUP_ERRORS as exc:
             rclpy.logging.get_logger(name).fatal(f'cannot start: {exc}')
             return 2
+        except KeyboardInterrupt:  # Ctrl-C while loading (models can take a while)
+            return 130
         handler = RclpyLogHandler(node)
         root = logging.getLogger('lerobot_lang_nodes')
         root.addHandler(handler)
@@ -68,6 +82,8 @@ def run(factory: Callable[[], Any], args: list[str] | None = None, *, threads: i
             close = getattr(node, 'close', None)
             if callable(close):
                 close()  # join worker threads, release hardware/renderers before the context
+            if executor is not None:
+                executor.shutdown(timeout_sec=5.0)
             if handler is not None:
                 logging.getLogger('lerobot_lang_nodes').removeHandler(handler)
             node.destroy_node()

@@ -14,11 +14,11 @@ from rclpy.node import Node
 from sensor_msgs.msg import Image
 
 from lerobot_lang_msgs.msg import LanguageContext
-from lerobot_lang_nodes.nodes import qos
+from lerobot_lang_nodes.core.images import ImageFormatError
+from lerobot_lang_nodes.nodes import convert, qos
 from lerobot_lang_nodes.nodes.params import declare_config, reject_unknown_parameters
 from lerobot_lang_nodes.nodes.runner import run
 from lerobot_lang_nodes.viewer.compose import Annotation, Composer
-from lerobot_lang_nodes.viewer.images import ImageEncodingError, image_to_rgb
 from lerobot_lang_nodes.viewer.mjpeg import MjpegServer, MjpegServerError
 from lerobot_lang_nodes.viewer.video import LatestPngWriter, Mp4Writer, VideoWriterError
 
@@ -124,8 +124,8 @@ class ViewerNode(Node):
 
     def _on_image(self, camera: str, msg: Image) -> None:
         try:
-            rgb = image_to_rgb(msg.encoding, msg.height, msg.width, msg.step, msg.data)
-        except ImageEncodingError as exc:
+            rgb = convert.image_to_rgb(msg)
+        except ImageFormatError as exc:
             self.get_logger().warning(f'camera {camera!r}: {exc}', throttle_duration_sec=5.0)
             return
         with self._lock:

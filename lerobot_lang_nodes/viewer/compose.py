@@ -249,14 +249,26 @@ def truncate_text(text: str, font, width: float) -> str:
     return text[:lo].rstrip() + _ELLIPSIS
 
 
-def _split_long_word(word: str, font, width: float) -> list[str]:
+def _fit_prefix(text: str, font, width: float) -> int:
+    """Length of the longest prefix of ``text`` no wider than ``width`` px (at least 1)."""
+    lo, hi = 1, len(text)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if font.getlength(text[:mid]) <= width:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def _split_long_word(word: str, font, width: float, max_parts: int) -> list[str]:
     parts = []
-    while word:
-        n = len(word)
-        while n > 1 and font.getlength(word[:n]) > width:
-            n -= 1
+    while word and len(parts) < max_parts:
+        n = _fit_prefix(word, font, width)
         parts.append(word[:n])
         word = word[n:]
+    if word:  # the rest can never be shown; keep one marker part so the caller truncates
+        parts.append(word)
     return parts
 
 
@@ -265,7 +277,7 @@ def wrap_text(text: str, font, width: float, max_lines: int) -> list[str]:
     words: list[str] = []
     for word in ' '.join(text.split()).split(' '):
         if font.getlength(word) > width:
-            words.extend(_split_long_word(word, font, width))
+            words.extend(_split_long_word(word, font, width, max_lines))
         else:
             words.append(word)
     lines: list[str] = []

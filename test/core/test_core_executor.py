@@ -506,3 +506,14 @@ def test_status_is_a_frozen_snapshot():
         ('action', 0, 0, -1, -1, 0, 0, 0, 0, '', '')
     with pytest.raises(AttributeError):
         st.mode = 'paused'  # type: ignore[misc]
+
+
+def test_record_invalid_counts_a_malformed_message_without_touching_the_queue():
+    ex = ChunkExecutor(ExecutorConfig(action_names=('a', 'b'), ctrl_hz=10.0))
+    ex.submit(Chunk(values=np.zeros((3, 2)), action_names=('a', 'b'), revision=0, sequence=1,
+                    stamp_s=0.0), 0.0)
+    result = ex.record_invalid('chunk 7: 5 values != horizon 2 * dim 2')
+    assert not result.accepted and result.kind == 'invalid'
+    status = ex.status()
+    assert status.rejected_invalid == 1 and status.queue_depth == 3
+    assert status.last_reject_reason == 'chunk 7: 5 values != horizon 2 * dim 2'

@@ -1,4 +1,4 @@
-"""Property tests: random chunks, revisions, pauses, bursts and clock jumps against the executor."""
+"""Property tests: random chunks, revisions, pauses, bursts and clock jumps vs. the executor."""
 
 from __future__ import annotations
 
@@ -72,6 +72,7 @@ class Model:
     last_step: dict[int, int] = field(default_factory=dict)
     deadline: float | None = None  # burst deadline while the clock stayed monotone
     pause_time: float = -math.inf  # chunks observed before this were computed before a pause
+    clock_seen: bool = False  # whether the executor was given any time yet
     queued_total: int = 0
 
 
@@ -111,6 +112,7 @@ def test_executor_invariants(conf, program):
     prev = ex.status()
 
     for op_index, (op, arg) in enumerate(program):
+        model.clock_seen |= op in ('submit', 'tick', 'burst') or (op == 'pause' and arg)
         if op == 'submit':
             seq += 1
             c = build_chunk(arg, seq, ex.revision, now)
@@ -151,10 +153,11 @@ def test_executor_invariants(conf, program):
         elif op == 'set_revision':
             ex.set_revision(ex.revision + arg)
         elif op == 'pause':
-            # Without a time the executor uses the last clock reading, which is ``now`` here.
+            # Without a time the executor uses the last clock reading (``now`` here), if any.
             ex.pause(now if arg else None)
             model.last_flush_op = op_index
-            model.pause_time = max(model.pause_time, now)
+            if arg or model.clock_seen:
+                model.pause_time = max(model.pause_time, now)
             model.deadline = None
         elif op == 'resume':
             ex.resume()

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 CORE_MODULES = ('errors', 'executor', 'safety', 'language', 'prompts', 'high_level')
 
@@ -31,7 +33,10 @@ def test_core_imports_with_rclpy_blocked():
         assert ex.tick(0.0).tolist() == [1.0]
         print('ok')
     """)
+    repo = Path(__file__).resolve().parents[2]
+    env = {**os.environ, 'PYTHONPATH': os.pathsep.join(
+        p for p in (str(repo), os.environ.get('PYTHONPATH', '')) if p)}
     proc = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True,
-                          timeout=60)
+                          timeout=60, cwd=repo, env=env)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == 'ok'

@@ -58,7 +58,10 @@ class Graph:
         lines = self.dispatch_log.read_text().splitlines()
         return [json.loads(line) for line in lines if line.endswith('}')]
 
-    def run_task(self, task: str, time_limit_s: float, timeout_s: float):
+    def run_task_direct(self, task: str):
+        return self.run_task(task, time_limit_s=60.0, timeout_s=240.0, direct=True)
+
+    def run_task(self, task: str, time_limit_s: float, timeout_s: float, direct: bool = False):
         from rclpy.action import ActionClient
         client = ActionClient(self.probe.node, RunTask, 'run_task')
         try:
@@ -77,7 +80,7 @@ class Graph:
                     lambda r: (box.update(result=r.result().result), done.set()))
 
             client.send_goal_async(
-                RunTask.Goal(task=task, time_limit_s=time_limit_s),
+                RunTask.Goal(task=task, time_limit_s=time_limit_s, direct_subtask=direct),
                 feedback_callback=lambda f: feedback.append(f.feedback.subtask)
             ).add_done_callback(on_goal)
             if not done.wait(timeout_s):
@@ -191,6 +194,14 @@ def test_reset_rerolls_the_scene(sim):
     assert not any(o['in_bowl'] for o in after['objects'].values())
 
 
+def test_direct_subtask_mode_bypasses_generation(sim):
+    result, feedback = sim.run_task_direct('pick up the green cube')
+    assert result is not None and result.success, result and result.message
+    assert set(s for s in feedback if s) == {'pick up the green cube'}
+    ctx = sim.context.last
+    assert ctx.subtask == ctx.task == 'pick up the green cube' and ctx.source == 'operator'
+
+
 def test_malformed_and_foreign_chunks_are_rejected_with_a_reason(sim):
     from lerobot_lang_msgs.msg import ActionChunk
     pub = sim.probe.publisher(ActionChunk, 'action_chunk', qos.COMMAND, wait_subscribers=1)
@@ -230,9 +241,16 @@ def test_killing_the_policy_makes_the_arm_hold(sim):
     from std_msgs.msg import String
     pub = sim.probe.publisher(String, 'task', qos.LATCHED, wait_subscribers=1)
     pub.publish(String(data='put the red cube in the bowl'))
-    moving = sim.status.wait_for(lambda m: m.mode == 'action' and m.queue_depth > 0
-                                 and m.last_chunk_sequence > 0, timeout_s=30.0,
-                                 what='the arm executing chunks')
+    n = len(sim.status)
+    try:
+        moving = sim.status.wait_for(lambda m: sim.status.messages.index(m) >= n
+                                     and m.mode == 'action' and m.queue_depth > 0
+                                     and m.last_chunk_sequence > 0, timeout_s=30.0,
+                                     what='the arm executing chunks')
+    except WaitTimeout:
+        raise AssertionError(sim.procs['policy'].log_text(3000) + '\n=====\n'
+                             + sim.procs['sim_bridge'].log_text(3000) + '\n=====\n'
+                             + sim.procs['planner'].log_text(3000)) from None
     sim.procs['policy'].kill()
     period = 1.0 / CTRL_HZ
     n = len(sim.status)

@@ -1,9 +1,10 @@
-"""sensor_msgs/Image field conversion used by the viewer node (no ROS needed)."""
+"""Raw image buffers (sensor_msgs/Image fields) to RGB arrays, without ROS."""
 
 import numpy as np
 import pytest
 
-from lerobot_lang_nodes.viewer.images import ImageEncodingError, image_to_rgb
+from lerobot_lang_nodes.core.images import ImageFormatError as ImageEncodingError
+from lerobot_lang_nodes.core.images import from_rgb, to_rgb as image_to_rgb
 
 
 def test_rgb_bgr_mono_and_row_padding():
@@ -26,3 +27,12 @@ def test_rejects_bad_images():
         image_to_rgb('rgb8', 2, 2, 6, bytes(7))
     with pytest.raises(ImageEncodingError, match='step'):
         image_to_rgb('rgb8', 2, 2, 4, bytes(16))
+
+
+def test_from_rgb_round_trip():
+    rgb = np.arange(2 * 3 * 3, dtype=np.uint8).reshape(2, 3, 3)
+    h, w, step, data = from_rgb(rgb)
+    assert (h, w, step) == (2, 3, 9)
+    assert (image_to_rgb('rgb8', h, w, step, data) == rgb).all()
+    with pytest.raises(ImageEncodingError, match='HxWx3 uint8'):
+        from_rgb(rgb.astype(np.float32))

@@ -1,0 +1,228 @@
+"""The hierarchical language loop: throttled regeneration, memory, direct mode, failures."""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+
+import pytest
+
+from lerobot_lang_nodes.core.errors import ConfigError
+from lerobot_lang_nodes.core.high_level import HighLevelConfig, HighLevelPlanner, TextGenerator
+from lerobot_lang_nodes.core.language import LanguageState
+
+
+class ScriptedGenerator:
+    """Returns scripted outputs per kind (an Exception instance is raised) and records calls."""
+
+    def __init__(self, **scripts) -> None:
+        self.scripts = {kind: deque(outs) for kind, outs in scripts.items()}
+        self.calls: list[tuple[str, list, object]] = []
+
+    def generate(self, kind, messages, observation):
+        self.calls.append((kind, messages, observation))
+        out = self.scripts[kind].popleft() if self.scripts.get(kind) else ''
+        if isinstance(out, BaseException):
+            raise out
+        return out
+
+    def kinds(self) -> list[str]:
+        return [c[0] for c in self.calls]
+
+
+def make(cfg=None, **scripts):
+    gen = ScriptedGenerator(**scripts)
+    planner = HighLevelPlanner(gen, LanguageState(), cfg or HighLevelConfig())
+    return gen, planner
+
+
+def test_generator_protocol():
+    assert isinstance(ScriptedGenerator(), TextGenerator)
+
+
+def test_config_validation():
+    for kw, field in [({'chunks_per_regen': 0}, 'chunks_per_regen'),
+                      ({'high_level_hz': -1}, 'high_level_hz'),
+                      ({'min_new_tokens': -1}, 'min_new_tokens'),
+                      ({'temperature': -0.5}, 'temperature'),
+                      ({'top_p': 0.0}, 'top_p')]:
+        with pytest.raises(ConfigError) as err:
+            HighLevelConfig(**kw)
+        assert err.value.field == field
+    assert HighLevelConfig(temperature=0.7).generation_kwargs() == {
+        'min_new_tokens': 0, 'temperature': 0.7, 'top_p': 1.0}
+
+
+def test_first_boundary_generates_subtask_then_memory():
+    gen, planner = make(subtask=['pick cup'], memory=['started'])
+    planner.set_task('clean the table')
+    obs = {'frame': 1}
+    assert planner.on_chunk_boundary(0.0, obs)
+    assert gen.kinds() == ['subtask', 'memory']
+    assert gen.calls[0][1] == [{'role': 'user', 'content': 'clean the table'}]
+    assert gen.calls[0][2] is obs
+    # First memory: no previous memory and no completed subtask to quote.
+    assert gen.calls[1][1] == [{'role': 'user', 'content': 'clean the table'}]
+    s = planner.state
+    assert (s.subtask, s.memory, planner.last_outcome) == ('pick cup', 'started', 'changed')
+
+
+def test_memory_regenerated_only_on_change_with_prior_context():
+    gen, planner = make(HighLevelConfig(high_level_hz=float('inf')),
+                        subtask=['a', 'a', 'b'], memory=['m1', 'm2'])
+    planner.set_task('t')
+    for k in range(3):
+        planner.on_chunk_boundary(float(k), None)
+    assert gen.kinds() == ['subtask', 'memory', 'subtask', 'subtask', 'memory']
+    assert gen.calls[4][1] == [
+        {'role': 'user', 'content': 't'},
+        {'role': 'assistant', 'content': 'Previous memory: m1'},
+        {'role': 'user', 'content': 'Completed subtask: a'},
+    ]
+    s = planner.state
+    assert (s.subtask, s.prior_subtask, s.memory, s.total_repeats) == ('b', 'a', 'm2', 1)
+
+
+def test_memory_disabled():
+    gen, planner = make(HighLevelConfig(enable_memory=False), subtask=['a'])
+    planner.set_task('t')
+    planner.regenerate(0.0, None)
+    assert gen.kinds() == ['subtask']
+
+
+def test_throttle_by_chunks_and_hz():
+    gen, planner = make(HighLevelConfig(chunks_per_regen=2, high_level_hz=1.0,
+                                        enable_memory=False))
+    planner.set_task('t')
+    ran = [planner.on_chunk_boundary(t, None) for t in (0.0, 0.3, 0.6, 1.2, 1.5, 1.8)]
+    # t=0: first boundary; 0.6: two chunks but < 1 s; 1.2: both hold; 1.8: too soon again.
+    assert ran == [True, False, False, True, False, False]
+    assert planner.on_chunk_boundary(2.5, None)
+
+
+def test_no_generation_without_task_or_while_paused():
+    gen, planner = make()
+    assert not planner.on_chunk_boundary(0.0, None)
+    planner.set_task('t')
+    planner.state.set_mode('paused')
+    assert not planner.on_chunk_boundary(1.0, None)
+    assert gen.calls == []
+    assert planner.regenerate(0.0, None) == 'empty'  # unthrottled, still needs a task only
+
+
+def test_new_task_rearms_throttle():
+    gen, planner = make(HighLevelConfig(chunks_per_regen=5, enable_memory=False))
+    planner.set_task('t1')
+    assert planner.on_chunk_boundary(0.0, None)
+    planner.set_task('t2')
+    assert planner.on_chunk_boundary(0.1, None)
+    assert gen.calls[-1][1] == [{'role': 'user', 'content': 't2'}]
+
+
+def test_direct_subtask_mode_never_generates():
+    gen, planner = make()
+    planner.set_task('put the cup in the sink', direct_subtask=True)
+    s = planner.state
+    assert (s.subtask, s.source, planner.direct) == ('put the cup in the sink', 'operator', True)
+    assert not planner.on_chunk_boundary(0.0, None)
+    assert gen.calls == []
+    planner.set_task('generate again')
+    assert not planner.direct and planner.on_chunk_boundary(1.0, None)
+
+
+def test_direct_subtask_from_config():
+    gen, planner = make(HighLevelConfig(direct_subtask=True))
+    planner.set_task('wipe')
+    assert planner.state.subtask == 'wipe' and planner.direct
+    assert not planner.on_chunk_boundary(0.0, None) and gen.calls == []
+
+
+def test_generator_failure_is_counted_and_logged(caplog):
+    gen, planner = make(subtask=[RuntimeError('cuda oom'), 'a'], memory=[ValueError('bad')])
+    planner.set_task('t')
+    with caplog.at_level(logging.WARNING, logger='lerobot_lang_nodes.core.high_level'):
+        assert planner.regenerate(0.0, None) == 'failed'
+        assert planner.regenerate(1.0, None) == 'changed'
+    assert planner.failures == {'subtask': 1, 'memory': 1}
+    assert planner.state.subtask == 'a' and planner.state.memory == ''
+    assert any('cuda oom' in r.getMessage() for r in caplog.records)
+
+
+def test_failed_regeneration_still_marks_throttle():
+    gen, planner = make(HighLevelConfig(high_level_hz=1.0), subtask=[RuntimeError('x')])
+    planner.set_task('t')
+    assert planner.on_chunk_boundary(0.0, None)
+    assert not planner.on_chunk_boundary(0.5, None)
+
+
+def test_empty_generations_are_dropped_and_counted():
+    gen, planner = make(subtask=['a', ''], memory=['  '])
+    planner.set_task('t')
+    planner.regenerate(0.0, None)
+    assert planner.regenerate(1.0, None) == 'empty'
+    assert planner.state.empty == {'memory': 1, 'subtask': 1}
+    assert planner.state.subtask == 'a'
+
+
+def test_non_string_output_is_a_failure():
+    gen, planner = make(subtask=[42])
+    planner.set_task('t')
+    assert planner.regenerate(0.0, None) == 'failed' and planner.failures == {'subtask': 1}
+
+
+def test_subtask_generated_for_an_old_task_is_discarded():
+    planner_ref = {}
+
+    class SlowGenerator(ScriptedGenerator):
+        def generate(self, kind, messages, observation):
+            planner_ref['p'].state.set_task('operator changed the task meanwhile')
+            return 'subtask for the old task'
+
+    planner = HighLevelPlanner(SlowGenerator(), LanguageState())
+    planner_ref['p'] = planner
+    planner.set_task('old task')
+    assert planner.regenerate(0.0, None) == 'stale'
+    assert planner.state.subtask == '' and planner.discarded == {'subtask': 1}
+
+
+def test_interjection_sets_plan_and_returns_speech():
+    gen, planner = make(interjection=['go left first <say>"Sure, going left"</say>'])
+    planner.set_task('clean')
+    rev = planner.state.revision
+    plan, speech = planner.interject('do the left side first', {'o': 1})
+    assert (plan, speech) == ('go left first', 'Sure, going left')
+    assert gen.calls[0][0:2] == ('interjection', [
+        {'role': 'user', 'content': 'clean'},
+        {'role': 'user', 'content': 'do the left side first'}])
+    assert planner.state.plan == 'go left first' and planner.state.revision == rev
+
+
+def test_interjection_speech_only_keeps_plan():
+    gen, planner = make(interjection=['first plan', '<say>ok</say>', ''])
+    planner.set_task('clean')
+    planner.interject('a', None)
+    assert planner.interject('b', None) == ('', 'ok')
+    assert planner.state.plan == 'first plan'
+    assert planner.interject('c', None) == ('', '')
+    assert planner.state.empty == {'interjection': 1}
+    assert planner.interject('   ', None) == ('', '') and len(gen.calls) == 3
+
+
+def test_interjection_failure():
+    gen, planner = make(interjection=[RuntimeError('boom')])
+    planner.set_task('clean')
+    assert planner.interject('hey', None) == ('', '')
+    assert planner.failures == {'interjection': 1}
+
+
+def test_vqa_answer_empty_and_failure():
+    image = object()
+    gen, planner = make(vqa=['  a red cup ', '', RuntimeError('x')])
+    assert planner.answer_vqa('what is there?', image, 'wrist', None) == 'a red cup'
+    msgs = gen.calls[0][1]
+    assert msgs[0]['content'][0] == {'type': 'image', 'image': image, 'camera': 'wrist'}
+    assert msgs[0]['content'][1] == {'type': 'text', 'text': 'what is there?'}
+    assert planner.answer_vqa('again?', image) == ''
+    assert planner.state.empty == {'vqa': 1}
+    assert planner.answer_vqa('and now?', image) == ''
+    assert planner.failures == {'vqa': 1}
