@@ -7,7 +7,6 @@ publishes its state. Generation runs on one worker thread, never on an executor 
 from __future__ import annotations
 
 import concurrent.futures
-import json
 import logging
 import queue
 import threading
@@ -18,7 +17,6 @@ from typing import Any
 from rclpy.action import ActionServer, CancelResponse, GoalResponse
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup, ReentrantCallbackGroup
 from rclpy.node import Node
-from sensor_msgs.msg import Image
 from std_msgs.msg import String
 from std_srvs.srv import Trigger
 
@@ -27,9 +25,9 @@ from lerobot_lang_msgs.msg import ActionChunk, LanguageContext, RuntimeStatus, T
 from lerobot_lang_msgs.srv import AskVqa
 from lerobot_lang_nodes.backends.registry import known, load_backend
 from lerobot_lang_nodes.core.high_level import HighLevelConfig, HighLevelPlanner
-from lerobot_lang_nodes.core.images import ImageFormatError
 from lerobot_lang_nodes.core.language import LanguageSnapshot, LanguageState
-from lerobot_lang_nodes.nodes import convert, qos, runner
+from lerobot_lang_nodes.nodes import qos, runner
+from lerobot_lang_nodes.nodes.observations import LatestObservations
 from lerobot_lang_nodes.nodes.params import declare_config, reject_unknown_parameters
 
 logger = logging.getLogger(__name__)
@@ -99,8 +97,6 @@ class PlannerNode(Node):
         self.state = LanguageState()
         self.planner = HighLevelPlanner(self.generator, self.state, hl_cfg)
         self._lock = threading.Lock()
-        self._images: dict[str, Any] = {}
-        self._ground_truth: dict | None = None
         self._outcome: TaskOutcome | None = None
         self._published: LanguageSnapshot | None = None
         self._subtask_history: list[str] = []
@@ -115,13 +111,9 @@ class PlannerNode(Node):
         self.create_subscription(ActionChunk, 'action_chunk', self._on_chunk, qos.COMMAND)
         self.create_subscription(RuntimeStatus, 'runtime_status', self._on_status, qos.STATUS)
         self.create_subscription(TaskOutcome, 'task_outcome', self._on_outcome, qos.LATCHED)
-        for cam in self.cfg.cameras:
-            topic = self.cfg.image_topic_pattern.format(name=cam)
-            self.create_subscription(Image, topic, lambda m, c=cam: self._on_image(c, m),
-                                     qos.SENSOR)
-        if self.cfg.ground_truth_topic:
-            self.create_subscription(String, self.cfg.ground_truth_topic, self._on_ground_truth,
-                                     qos.LATCHED)
+        self.observations = LatestObservations(self, self.cfg.cameras,
+                                               self.cfg.image_topic_pattern,
+                                               self.cfg.ground_truth_topic)
         self._pause_client = self.create_client(Trigger, self.cfg.pause_service,
                                                 callback_group=MutuallyExclusiveCallbackGroup())
         self.create_service(AskVqa, 'vqa', self._on_vqa, callback_group=cb)
@@ -141,25 +133,6 @@ class PlannerNode(Node):
     # --- inputs -------------------------------------------------------------------------
     def _now_s(self) -> float:
         return self.get_clock().now().nanoseconds * 1e-9
-
-    def _on_image(self, camera: str, msg: Image) -> None:
-        try:
-            rgb = convert.image_to_rgb(msg)
-        except ImageFormatError as exc:
-            self.get_logger().warning(f'camera {camera}: {exc}', throttle_duration_sec=5.0)
-            return
-        with self._lock:
-            self._images[camera] = rgb
-
-    def _on_ground_truth(self, msg: String) -> None:
-        try:
-            truth = json.loads(msg.data)
-        except ValueError as exc:
-            self.get_logger().warning(f'{self.cfg.ground_truth_topic}: not JSON ({exc})',
-                                      throttle_duration_sec=5.0)
-            return
-        with self._lock:
-            self._ground_truth = truth
 
     def _on_outcome(self, msg: TaskOutcome) -> None:
         with self._lock:
@@ -206,9 +179,9 @@ class PlannerNode(Node):
 
     def observation(self) -> dict[str, Any]:
         """What the generator sees: latest images, simulator truth, the language state."""
-        with self._lock:
-            return {'images': dict(self._images), 'ground_truth': self._ground_truth,
-                    'language': self.state.snapshot(), 'time_s': self._now_s()}
+        return {'images': self.observations.images(),
+                'ground_truth': self.observations.ground_truth(),
+                'language': self.state.snapshot(), 'time_s': self._now_s()}
 
     def _job_set_task(self, text: str, direct: bool) -> None:
         self.planner.set_task(text, direct_subtask=direct)
@@ -281,8 +254,7 @@ class PlannerNode(Node):
                 response.success, response.message = False, f'{error}; not answering unpaused'
                 return response
             self._submit(self._job_set_mode, 'paused').result(timeout=10.0)
-        with self._lock:
-            image = self._images.get(camera)
+        image = self.observations.image(camera)
         if image is None:
             response.success = False
             response.message = f'no image received yet from camera {camera!r}'

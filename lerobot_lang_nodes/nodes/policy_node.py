@@ -7,7 +7,6 @@ language revision that changed meanwhile is discarded instead of published.
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from dataclasses import dataclass, field
@@ -15,14 +14,14 @@ from typing import Any
 
 import numpy as np
 from rclpy.node import Node
-from sensor_msgs.msg import Image, JointState
+from sensor_msgs.msg import JointState
 from std_msgs.msg import String
 
 from lerobot_lang_msgs.msg import ActionChunk, LanguageContext, RuntimeStatus
 from lerobot_lang_nodes.backends.registry import load_backend
-from lerobot_lang_nodes.core.images import ImageFormatError
 from lerobot_lang_nodes.core.prompts import action_instruction
 from lerobot_lang_nodes.nodes import convert, qos, runner
+from lerobot_lang_nodes.nodes.observations import LatestObservations
 from lerobot_lang_nodes.nodes.params import declare_config, reject_unknown_parameters
 
 # A chunk that the executor has not acknowledged after this long was lost or rejected.
@@ -74,8 +73,6 @@ class PolicyNode(Node):
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._joints: JointState | None = None
-        self._images: dict[str, np.ndarray] = {}
-        self._truth: dict | None = None
         self._lang_ctx: LanguageContext | None = None
         self._task_revision = 0
         self._task = ''
@@ -95,12 +92,9 @@ class PolicyNode(Node):
                                      qos.LATCHED)
         else:
             self.create_subscription(String, 'task', self._on_task, qos.LATCHED)
-        for cam in self.cfg.cameras:
-            self.create_subscription(Image, self.cfg.image_topic_pattern.format(name=cam),
-                                     lambda m, c=cam: self._on_image(c, m), qos.SENSOR)
-        if self.cfg.ground_truth_topic:
-            self.create_subscription(String, self.cfg.ground_truth_topic, self._on_truth,
-                                     qos.LATCHED)
+        self.observations = LatestObservations(self, self.cfg.cameras,
+                                               self.cfg.image_topic_pattern,
+                                               self.cfg.ground_truth_topic)
         self._running = True
         self._thread = threading.Thread(target=self._work, name='policy-inference',
                                         daemon=True)
@@ -113,24 +107,6 @@ class PolicyNode(Node):
     def _on_joints(self, msg: JointState) -> None:
         with self._lock:
             self._joints = msg
-
-    def _on_image(self, camera: str, msg: Image) -> None:
-        try:
-            rgb = convert.image_to_rgb(msg)
-        except ImageFormatError as exc:
-            self.get_logger().warning(f'camera {camera}: {exc}', throttle_duration_sec=5.0)
-            return
-        with self._lock:
-            self._images[camera] = rgb
-
-    def _on_truth(self, msg: String) -> None:
-        try:
-            truth = json.loads(msg.data)
-        except ValueError:
-            self.get_logger().warning('ground truth is not JSON', throttle_duration_sec=5.0)
-            return
-        with self._lock:
-            self._truth = truth
 
     def _on_context(self, msg: LanguageContext) -> None:
         with self._lock:
@@ -190,7 +166,8 @@ class PolicyNode(Node):
                     'instruction': instruction,
                     'joint_names': list(joints.name),
                     'joint_positions': np.asarray(joints.position, dtype=np.float64),
-                    'images': dict(self._images), 'ground_truth': self._truth,
+                    'images': self.observations.images(),
+                    'ground_truth': self.observations.ground_truth(),
                     'stamp_s': convert.stamp_to_s(joints.header.stamp),
                 }
             self._infer_and_publish(observation, instruction, revision)

@@ -22,7 +22,7 @@ from lerobot_lang_msgs.msg import LanguageContext, RuntimeStatus, TaskOutcome
 from lerobot_lang_msgs.srv import AskVqa
 from lerobot_lang_nodes import graph
 from lerobot_lang_nodes.nodes import qos
-from lerobot_lang_nodes.testing import NodeProcess, RosProbe, WaitTimeout, wait_until
+from lerobot_lang_nodes.testing import NodeProcess, RosProbe, WaitTimeout
 
 pytestmark = pytest.mark.slow
 CTRL_HZ = 30.0

@@ -1,0 +1,68 @@
+"""Latest camera frames and simulator ground truth, as the planner and the policy keep them."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from sensor_msgs.msg import Image
+from std_msgs.msg import String
+
+from lerobot_lang_nodes.core.images import ImageFormatError
+from lerobot_lang_nodes.nodes import convert, qos
+
+
+class LatestObservations:
+    """Subscribes camera images (and optionally ground truth) and keeps only the newest of each.
+
+    Bad input (an unsupported encoding, ground truth that is not JSON) is logged, throttled,
+    and leaves the previous value in place.
+    """
+
+    def __init__(self, node: Any, cameras: Sequence[str], image_topic_pattern: str,
+                 ground_truth_topic: str = '') -> None:
+        self._node = node
+        self._lock = threading.Lock()
+        self._images: dict[str, np.ndarray] = {}
+        self._truth: dict | None = None
+        for cam in cameras:
+            node.create_subscription(Image, image_topic_pattern.format(name=cam),
+                                     lambda m, c=cam: self._on_image(c, m), qos.SENSOR)
+        self._truth_topic = ground_truth_topic
+        if ground_truth_topic:
+            node.create_subscription(String, ground_truth_topic, self._on_truth, qos.LATCHED)
+
+    def _on_image(self, camera: str, msg: Image) -> None:
+        try:
+            rgb = convert.image_to_rgb(msg)
+        except ImageFormatError as exc:
+            self._node.get_logger().warning(f'camera {camera}: {exc}',
+                                            throttle_duration_sec=5.0)
+            return
+        with self._lock:
+            self._images[camera] = rgb
+
+    def _on_truth(self, msg: String) -> None:
+        try:
+            truth = json.loads(msg.data)
+        except ValueError as exc:
+            self._node.get_logger().warning(f'{self._truth_topic}: not JSON ({exc})',
+                                            throttle_duration_sec=5.0)
+            return
+        with self._lock:
+            self._truth = truth
+
+    def images(self) -> dict[str, np.ndarray]:
+        with self._lock:
+            return dict(self._images)
+
+    def image(self, camera: str) -> np.ndarray | None:
+        with self._lock:
+            return self._images.get(camera)
+
+    def ground_truth(self) -> dict | None:
+        with self._lock:
+            return self._truth
