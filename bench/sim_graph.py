@@ -35,6 +35,7 @@ from lerobot_lang_nodes.testing import NodeProcess, WaitTimeout, wait_until
 REPORT_DIR = Path(__file__).resolve().parent / 'reports'
 COLOURS = ('red', 'green', 'blue')
 CLK_TCK = os.sysconf('SC_CLK_TCK')
+STOP_TIMEOUT_S = 5.0
 
 
 def task_text(colour: str) -> str:
@@ -93,7 +94,8 @@ def sim_dispatch_jitter(dispatches: list[dict], period: float) -> dict[str, Any]
     return out
 
 
-def wall_joint_jitter(arrivals: list[tuple[float, float]], period: float) -> dict[str, Any]:
+def wall_joint_jitter(arrivals: list[tuple[float, float]], period: float,
+                      camera_every: int) -> dict[str, Any]:
     """|wall period - nominal| between /joint_states of consecutive ticks, as the probe saw them.
 
     Pairs across a lost message (best-effort QoS) are skipped: they say nothing about the
@@ -101,14 +103,20 @@ def wall_joint_jitter(arrivals: list[tuple[float, float]], period: float) -> dic
     """
     rows = sorted(arrivals, key=lambda r: r[0])  # by sim stamp
     diffs, dropped = [], 0
+    by_phase: list[list[float]] = [[] for _ in range(camera_every)]
     for (s0, w0), (s1, w1) in zip(rows, rows[1:]):
         ticks = round((s1 - s0) / period)
         if ticks == 1:
             diffs.append(abs((w1 - w0) - period))
+            by_phase[round(s1 / period) % camera_every].append(1000.0 * (w1 - w0))
         elif ticks > 1:
             dropped += ticks - 1
     out = percentiles(diffs, 1000.0)
     out['lost_messages'] = dropped
+    # The sim loop renders the cameras on one tick in camera_every, in the control thread:
+    # a pattern across these medians says the jitter is the renderer's, not DDS noise.
+    out['period_p50_ms_by_camera_phase'] = [round(float(np.median(v)), 1) if v else None
+                                            for v in by_phase]
     return out
 
 
@@ -150,6 +158,7 @@ class Recorder:
     def __init__(self, probe: Any) -> None:
         from rosgraph_msgs.msg import Clock
         from sensor_msgs.msg import JointState
+        from std_msgs.msg import String
 
         from lerobot_lang_msgs.msg import (ActionChunk, LanguageContext, RuntimeStatus,
                                            TaskOutcome)
@@ -161,6 +170,8 @@ class Recorder:
         self.status: Any = None
         self.context: Any = None
         self.outcome: Any = None
+        self.truth_seed: int | None = None  # layout seed of the latest sim/ground_truth
+        self.truth_count = 0                # ground truths received with that seed
         self.recording = False
         node = probe.node
         node.create_subscription(Clock, '/clock', self._on_clock, qos.CLOCK)
@@ -172,6 +183,7 @@ class Recorder:
                                  qos.LATCHED)
         node.create_subscription(TaskOutcome, 'task_outcome', self._set('outcome'),
                                  qos.LATCHED)
+        node.create_subscription(String, 'sim/ground_truth', self._on_truth, qos.LATCHED)
 
     def _set(self, attr: str):
         def callback(msg: Any) -> None:
@@ -188,6 +200,12 @@ class Recorder:
         if self.recording:
             with self.lock:
                 self.joints.append((stamp_s(msg.header.stamp), wall))
+
+    def _on_truth(self, msg: Any) -> None:
+        seed = json.loads(msg.data).get('seed')
+        with self.lock:
+            self.truth_count = self.truth_count + 1 if seed == self.truth_seed else 1
+            self.truth_seed = seed
 
     def _on_chunk(self, msg: Any) -> None:
         with self.lock:
@@ -220,6 +238,7 @@ class TaskCycler:
         self.completed: list[float] = []    # sim seconds from send to success
         self.timed_out = 0
         self.resets = 0
+        self.await_seed: int | None = None  # after a reset: send once the new layout is seen
 
     def send(self, sim_now: float) -> None:
         self.current = task_text(self.colour)
@@ -233,14 +252,28 @@ class TaskCycler:
             # Every cube is in the bowl: re-roll the layout (the only way objects move other
             # than through physics), so the next round has work to do.
             from std_srvs.srv import Trigger
+            old_seed = self.rec.get('truth_seed')
             reply = self.probe.call(Trigger, 'sim/reset', Trigger.Request(), timeout_s=30.0)
             if not reply.success:
                 raise RuntimeError(f'sim/reset failed: {reply.message}')
             self.resets += 1
+            # The planner plans from the latest ground truth; sent at once, the task would be
+            # judged on the pre-reset scene (that cube already in the bowl). See the report.
+            self.await_seed = old_seed
         self.colour = COLOURS[index % len(COLOURS)]
-        self.send(self.rec.get('clock')[0] if self.rec.get('clock') else sim_now)
+        if self.await_seed is None:
+            self.send(sim_now)
 
     def step(self, sim_now: float) -> None:
+        if self.await_seed is not None:
+            # Two ground truths of the new layout: every subscriber has had one by now.
+            with self.rec.lock:
+                fresh = (self.rec.truth_seed != self.await_seed
+                         and self.rec.truth_count >= 2)
+            if fresh:
+                self.await_seed = None
+                self.send(sim_now)
+            return
         ctx = self.rec.get('context')
         if self.revision is None:
             if ctx is not None and ctx.task == self.current:
@@ -276,11 +309,14 @@ def run(args: argparse.Namespace, env: dict[str, str], t_start: float) -> dict[s
     sim_params = params['sim_bridge']['ros__parameters']
     ctrl_hz = float(sim_params['ctrl_hz'])
     period = 1.0 / ctrl_hz
+    # Same rounding as the sim loop: images go out on one tick in camera_every.
+    camera_every = max(1, int(round(ctrl_hz / float(sim_params['camera_hz']))))
     procs = start_nodes(params_file, tmp, env, args.viewer)
     plist = list(procs.values())
-    probe = RosProbe('bench_sim_graph_probe')
+    probe = None
     ok = False
     try:
+        probe = RosProbe('bench_sim_graph_probe')
         rec = Recorder(probe)
         for name in procs:
             probe.wait_for_node(name, timeout_s=remaining(90.0), processes=plist)
@@ -329,8 +365,12 @@ def run(args: argparse.Namespace, env: dict[str, str], t_start: float) -> dict[s
         ok = True
     finally:
         # Reverse start order: the simulator stops last, so no node waits on a dead clock.
-        codes = {name: procs[name].stop() for name in reversed(list(procs))}
-        probe.close()
+        # A node that ignores SIGINT is killed after STOP_TIMEOUT_S (exit code -9 in the
+        # report): the run stays bounded and the unclean stop is visible, not hidden.
+        codes = {name: procs[name].stop(timeout_s=STOP_TIMEOUT_S)
+                 for name in reversed(list(procs))}
+        if probe is not None:
+            probe.close()
         if not ok or args.keep_logs:
             sys.stderr.write(f'node logs kept in {tmp}\n')
         if ok and args.keep_logs:
@@ -380,7 +420,8 @@ def run(args: argparse.Namespace, env: dict[str, str], t_start: float) -> dict[s
                 'exit_codes': codes},
         'real_time_factor': round(sim_s / wall_s, 3),
         'dispatch_jitter_ms': {'sim_dispatch_log': sim_dispatch_jitter(window, period),
-                               'wall_joint_states': wall_joint_jitter(joints, period)},
+                               'wall_joint_states': wall_joint_jitter(
+                                   joints, period, camera_every)},
         'executor': {
             'dispatched': int(status1.dispatched - status0.dispatched),
             'dispatch_log_lines': len(window),
@@ -419,6 +460,10 @@ def rows(r: dict[str, Any]) -> list[tuple[str, str]]:
         ('dispatch jitter, wall (/joint_states)',
          _fmt(jit['wall_joint_states'])
          + f", lost {jit['wall_joint_states']['lost_messages']}"),
+        ('wall period p50 by tick mod camera',
+         ' / '.join(f'{v} ms' for v in jit['wall_joint_states']
+                    ['period_p50_ms_by_camera_phase'])
+         + f" (nominal {1000.0 / r['config']['ctrl_hz']:.1f} ms)"),
         ('starved ticks', f"{ex['starved_ticks']} ({ex['starved_per_sim_min']}/sim min, "
                           f"{100 * ex['starved_fraction']:.1f}% of ticks)"),
         ('discarded stale / rejected invalid',
@@ -429,6 +474,10 @@ def rows(r: dict[str, Any]) -> list[tuple[str, str]]:
     for name, c in r['cpu'].items():
         pct = 'gone' if c['cpu_pct_of_core'] is None else f"{c['cpu_pct_of_core']:.1f}%"
         out.append((f'CPU {name}', f"{pct} of one core, max RSS {c['max_rss_mb']} MiB"))
+    unclean = {k: v for k, v in r['run']['exit_codes'].items() if v != 0}
+    out.append(('node exit codes', 'all 0 (clean SIGINT stop)' if not unclean else
+                ', '.join(f'{k} {v}' + (' (killed: ignored SIGINT)' if v == -9 else '')
+                          for k, v in unclean.items())))
     out.append(('tasks completed',
                 f"{tasks['completed']} of {tasks['sent']} sent (timed out "
                 f"{tasks['timed_out']}, resets {tasks['scene_resets']}, median "
@@ -466,7 +515,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument('--no-cycle', action='store_true',
                         help='send one task only (the arm idles after it succeeds)')
     parser.add_argument('--colour', choices=COLOURS, default='red', help='first cube')
-    parser.add_argument('--task-timeout', type=float, default=45.0,
+    parser.add_argument('--task-timeout', type=float, default=30.0,
                         help='sim s after which a cycled task is abandoned for the next')
     parser.add_argument('--target-rtf', type=float, default=None,
                         help="sim_bridge real_time_factor (default: config/sim.yaml's)")

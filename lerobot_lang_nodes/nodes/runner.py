@@ -73,7 +73,10 @@ def run(factory: Callable[[], Any], args: list[str] | None = None, *, threads: i
         executor = MultiThreadedExecutor(num_threads=threads)
         executor.add_node(node)
         try:
-            executor.spin()
+            # spin_once with a timeout, not spin(): Python runs the SIGINT handler only when
+            # the main thread returns from the wait, which an idle node might never do.
+            while node.context.ok():
+                executor.spin_once(timeout_sec=0.2)
         except (KeyboardInterrupt, ExternalShutdownException):
             pass
         return 0

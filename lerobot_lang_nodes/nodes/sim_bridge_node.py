@@ -261,6 +261,8 @@ class SimBridgeNode(Node):
         self.scene.reset(self.cfg.seed + RESET_SEED_STRIDE * self._reset_count)
         self._hold = self.scene.joint_positions()
         self.get_logger().info(f'scene reset #{self._reset_count}, seed {self.scene.seed}')
+        # Publish the new world before answering, so no planner acts on the old layout.
+        self._publish_status(self.scene.sim_time)
         request.set()
 
     def _publish_clock(self, now: float) -> None:

@@ -212,9 +212,17 @@ def infer_subtask_index(plan: list[Subtask], gt: dict[str, Any]) -> int:
     return 0
 
 
+def _plan_complete(plan: list[Subtask], gt: dict[str, Any]) -> bool:
+    return bool(plan) and infer_subtask_index(plan, gt) >= len(plan)
+
+
 def advance(plan: list[Subtask], index: int, gt: dict[str, Any]) -> int:
     """Next plan index for a planner at ``index``: past every completed step, back on a drop."""
-    if index < len(plan) and subtask_done(plan[index], gt):
+    if index >= len(plan):
+        # Past the last step: stay done only while the world agrees (a reset or a knocked-out
+        # cube means the plan starts again from what the world shows).
+        return index if _plan_complete(plan, gt) else infer_subtask_index(plan, gt)
+    if subtask_done(plan[index], gt):
         index += 1
     # A step after 'grasp' needs the cube in hand; losing it restarts from what the world says.
     if index >= len(plan):

@@ -54,3 +54,18 @@ def test_every_graph_node_has_a_console_script_and_a_main():
 @pytest.mark.parametrize('launch_file', sorted((ROOT / 'launch').glob('*.launch.py')))
 def test_launch_files_compile(launch_file):
     compile(launch_file.read_text(), str(launch_file), 'exec')
+
+
+@pytest.mark.parametrize('module,name', [('lerobot_lang_nodes.nodes.planner_node', 'planner'),
+                                         ('lerobot_lang_nodes.nodes.sim_bridge_node',
+                                          'sim_bridge')])
+def test_an_idle_node_stops_cleanly_on_ctrl_c(launch_node, probe, module, name):
+    from rcl_interfaces.srv import ListParameters
+    proc = launch_node(module, params={'cameras': ['front']} if name == 'sim_bridge' else {})
+    probe.wait_for_node(name, timeout_s=60.0, processes=[proc])
+    # A parameter service answers only once the node spins, i.e. start-up is over.
+    probe.call(ListParameters, f'/{name}/list_parameters', ListParameters.Request(),
+               timeout_s=60.0)
+    # Alone in its domain nothing wakes the node's executor now: Ctrl-C must still stop it.
+    assert proc.stop(timeout_s=10.0) == 0, proc.log_text(3000)
+    assert 'Traceback' not in proc.log_text(), proc.log_text(3000)

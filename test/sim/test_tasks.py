@@ -114,3 +114,11 @@ def test_unknown_colour_in_truth_names_scene_colours():
     with pytest.raises(KeyError, match='no green cube'):
         tasks.subtask_done(Subtask('reach', 'green'), _truth() | {
             'objects': {'red_cube': _truth()['objects']['red_cube']}})
+
+
+def test_a_finished_plan_restarts_when_the_world_undoes_it():
+    plan = tasks.decompose(TaskSpec('place', 'red', 'bowl'))
+    in_bowl = _truth(position=[0.25, -0.1, 0.022], in_bowl=True, on_table=False)
+    assert tasks.advance(plan, len(plan), in_bowl) == len(plan)  # done stays done
+    # A reset (or a cube knocked out of the bowl) puts it back on the table: start over.
+    assert tasks.advance(plan, len(plan), _truth()) == 0
