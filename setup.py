@@ -31,6 +31,8 @@ setup(
             'planner = lerobot_lang_nodes.nodes.planner_node:main',
             'policy = lerobot_lang_nodes.nodes.policy_node:main',
             'viewer = lerobot_lang_nodes.nodes.viewer_node:main',
+            'so101_driver = lerobot_lang_nodes.nodes.so101_driver_node:main',
+            'camera = lerobot_lang_nodes.nodes.camera_node:main',
         ],
     },
 )

@@ -35,6 +35,18 @@ REAL = (
 )
 
 GRAPHS: dict[str, tuple[NodeSpec, ...]] = {'sim': SIM, 'real': REAL}
+CAMERA_TOPICS = ('image_raw', 'camera_info', 'image_raw/compressed')
+
+
+def camera_spec(camera: str) -> NodeSpec:
+    """The `camera` node of one real camera: node `<camera>_camera`, cameras/<camera>/ topics."""
+    return NodeSpec(f'{camera}_camera', 'lerobot_lang_nodes.nodes.camera_node',
+                    remaps=tuple((t, f'cameras/{camera}/{t}') for t in CAMERA_TOPICS))
+
+
+def real_specs(cameras: tuple[str, ...] | list[str] = ()) -> tuple[NodeSpec, ...]:
+    """The REAL graph plus one camera node per configured camera (before the planner)."""
+    return (REAL[0], *(camera_spec(c) for c in cameras), *REAL[1:])
 PARAMS_FILES = {'sim': 'sim.yaml', 'real': 'real.yaml'}
 
 

@@ -226,3 +226,32 @@ class RosProbe:
         self.node.destroy_node()
         self.context.try_shutdown()
         self._thread.join(timeout=5.0)
+
+
+CHROMIUM = '/usr/bin/chromium'
+
+
+def chromium_screenshot(url: str, out_png: Path, user_data_dir: Path,
+                        size: tuple[int, int] = (1000, 520), timeout_s: float = 90.0) -> str:
+    """Headless Debian Chromium takes one screenshot of ``url``; returns its output.
+
+    Flags keep it off the network (no background services, no QUIC) and in a fresh profile.
+    Raises WaitTimeout (after ending its whole process group) when it hangs.
+    """
+    cmd = [CHROMIUM, '--headless', '--no-sandbox', '--disable-gpu', '--no-first-run',
+           '--disable-background-networking', '--disable-component-update', '--disable-sync',
+           '--disable-quic', '--disable-dev-shm-usage', f'--user-data-dir={user_data_dir}',
+           f'--screenshot={out_png}', f'--window-size={size[0]},{size[1]}', url]
+    # Own session so that on a hang the whole Chromium process tree can be ended together.
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            start_new_session=True,
+                            env={**os.environ, 'HOME': str(user_data_dir)})
+    try:
+        output, _ = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        output, _ = proc.communicate()
+        raise WaitTimeout(f'chromium did not finish within {timeout_s} s:\n'
+                          f'{output.decode(errors="replace")[-2000:]}') from None
+    return output.decode(errors='replace')
+

@@ -67,6 +67,8 @@ class Supervised:
 
 def _node_specs(command: str, args: argparse.Namespace) -> list[graph.NodeSpec]:
     specs = list(graph.GRAPHS[command])
+    if command == 'real':  # one camera node per camera of the robot YAML
+        specs = list(graph.real_specs(getattr(args, 'real_cameras', ())))
     if args.no_viewer:
         specs = [s for s in specs if s.name != 'viewer']
     return specs
@@ -84,7 +86,12 @@ def run(command: str, args: argparse.Namespace) -> int:
     extra_params: list[str] = []
     if command == 'real':
         from lerobot_lang_nodes.cli import real_config  # the hardware path adds this module
-        params_file = real_config.params_file_from_robot_yaml(args.robot_yaml, params_file)
+        try:
+            params_file = real_config.params_file_from_robot_yaml(args.robot_yaml, params_file)
+        except real_config.RobotConfigError as exc:
+            print(f'error: {exc}', file=sys.stderr)
+            return 2
+        args.real_cameras = real_config.camera_names(args.robot_yaml)
     print(f"[lerobot-lang] ROS_DOMAIN_ID={env['ROS_DOMAIN_ID']} "
           f"ROS_AUTOMATIC_DISCOVERY_RANGE={env['ROS_AUTOMATIC_DISCOVERY_RANGE']} "
           f'params={params_file}', flush=True)

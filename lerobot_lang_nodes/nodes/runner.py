@@ -55,6 +55,9 @@ def run(factory: Callable[[], Any], args: list[str] | None = None, *, threads: i
     rclpy.init(args=sys.argv if args is None else args,
                signal_handler_options=SignalHandlerOptions.NO)
     signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
+    # A shell's `cmd &` starts children with SIGINT ignored; a node (a driver that must drop
+    # torque) still has to stop on SIGINT from its supervisor, so take the default back.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     node = None
     handler = None
     executor = None

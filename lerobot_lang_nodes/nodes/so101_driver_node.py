@@ -21,7 +21,6 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-import numpy as np
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from rclpy.impl.implementation_singleton import rclpy_implementation as _rclpy
 from rclpy.lifecycle import Node as LifecycleNode
@@ -41,9 +40,7 @@ from lerobot_lang_nodes.so101.driver_core import RobotState, So101Config, So101R
 from lerobot_lang_nodes.so101.errors import (BusError, CalibrationError, FaultLatched,
                                              MotionRefused, NotConnected, PortDisconnected)
 
-# Diagnostics levels as bytes (the message field type).
-_OK, _WARN, _ERROR = (bytes([DiagnosticStatus.OK]), bytes([DiagnosticStatus.WARN]),
-                      bytes([DiagnosticStatus.ERROR]))
+_OK, _WARN, _ERROR = DiagnosticStatus.OK, DiagnosticStatus.WARN, DiagnosticStatus.ERROR
 # Error bits that are worth a WARN but do not latch (voltage, angle, checksum, instruction).
 _WARN_BITS = int(protocol.ErrorBit.VOLTAGE | protocol.ErrorBit.ANGLE)
 
@@ -160,12 +157,8 @@ class So101DriverNode(LifecycleNode):
             f'so101_driver on {cfg.port} at {cfg.baudrate} baud, ctrl_hz={cfg.ctrl_hz}, '
             f'max_relative_target={self._max_relative()}, watchdog={cfg.command_timeout_s} s, '
             f'start_paused={cfg.start_paused}')
-        if cfg.auto_configure:
-            self._auto_bring_up()
-            if self._state_id() == State.PRIMARY_STATE_UNCONFIGURED if False else \
-                    self.robot is None:
-                self._auto_timer = self.create_timer(cfg.reconnect_period_s,
-                                                     self._auto_bring_up)
+        if cfg.auto_configure and not self._auto_bring_up():
+            self._auto_timer = self.create_timer(cfg.reconnect_period_s, self._auto_bring_up)
 
     # --- construction helpers -------------------------------------------------------------
     def _max_relative(self) -> float | dict[str, float] | None:
@@ -187,21 +180,21 @@ class So101DriverNode(LifecycleNode):
             refill_fraction=self.cfg.refill_fraction, replace=self.cfg.replace,
             time_align=self.cfg.time_align, start_paused=self.cfg.start_paused))
 
-    def _state_id(self) -> int:
-        return -1
-
     def _now(self) -> float:
         return self.get_clock().now().nanoseconds * 1e-9
 
-    def _auto_bring_up(self) -> None:
-        if self.robot is None:
-            if self.trigger_configure() != TransitionCallbackReturn.SUCCESS:
-                return  # logged by on_configure; the timer retries
-            if self.cfg.auto_activate:
-                self.trigger_activate()
+    def _auto_bring_up(self) -> bool:
+        """One automatic configure (+ activate) attempt; True when nothing is left to do."""
+        if self.robot is None and self.trigger_configure() != TransitionCallbackReturn.SUCCESS:
+            return False  # logged by on_configure; the timer retries
+        if self.cfg.auto_activate and not self._active and self._health == 'ok':
+            # A bus hiccup during activate is retried as well (the node stays inactive).
+            if self.trigger_activate() != TransitionCallbackReturn.SUCCESS:
+                return False
         if self._auto_timer is not None:
             self._auto_timer.cancel()
             self._auto_timer = None
+        return True
 
     # --- lifecycle ------------------------------------------------------------------------
     def on_configure(self, state: State) -> TransitionCallbackReturn:
@@ -289,10 +282,8 @@ class So101DriverNode(LifecycleNode):
             self.get_logger().warning(f'chunk {msg.sequence} rejected as malformed: {exc}',
                                       throttle_duration_sec=2.0)
             return
-        if self._health != 'ok' or not self._active:
-            # Motion is refused while faulted, disconnected or inactive; the executor is
-            # paused in those states, so submit() counts this chunk as stale.
-            pass
+        # While faulted, disconnected or inactive the executor is paused, so submit() counts
+        # the chunk as stale ('paused'): motion is refused without a special case here.
         result = self.chunk_executor.submit(chunk, self._now())
         if not result.accepted:
             self.get_logger().warning(f'chunk {msg.sequence} (rev {msg.context_revision}) '
@@ -419,7 +410,7 @@ class So101DriverNode(LifecycleNode):
                 self._on_disconnect(exc)
             except FaultLatched:
                 self._on_fault(robot)
-            except MotionRefused as exc:
+            except (MotionRefused, NotConnected) as exc:
                 self.get_logger().error(f'goal refused: {exc}', throttle_duration_sec=2.0)
             except BusError as exc:  # retries exhausted: skip this cycle, counted in stats
                 self.get_logger().warning(f'bus error (cycle skipped): {exc}',
@@ -451,8 +442,6 @@ class So101DriverNode(LifecycleNode):
     def _on_disconnect(self, exc: BaseException) -> None:
         self._health, self._health_detail = 'disconnected', str(exc)
         self.chunk_executor.pause(self._now())
-        if self.robot is not None:
-            self.robot.connected = False
         self.get_logger().error(f'PORT DISCONNECTED: {exc}; paused, retrying every '
                                 f'{self.cfg.reconnect_period_s:.1f} s (check the USB cable '
                                 'and the arm power)')
@@ -462,11 +451,15 @@ class So101DriverNode(LifecycleNode):
             robot = self.robot
             if robot is None or not robot.try_reconnect():
                 return
+            try:
+                if self._active and not robot.torque_enabled:
+                    robot.enable_torque()
+                elif not self._active and robot.torque_enabled:
+                    robot.disable_torque()
+            except (BusError, NotConnected) as exc:  # lost again at once: next attempt
+                self.get_logger().warning(f'reconnect: {exc}')
+                return
             self.reconnects += 1
-            if self._active and not robot.torque_enabled:
-                robot.enable_torque()
-            elif not self._active and robot.torque_enabled:
-                robot.disable_torque()
             self._health = 'fault' if robot.fault is not None else 'ok'
             self._health_detail = robot.fault.describe() if robot.fault else ''
         self.get_logger().info('port back: reconnected, holding position; paused until resume')

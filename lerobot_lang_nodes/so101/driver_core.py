@@ -278,10 +278,12 @@ class So101Robot:
             self.bus.return_delay_us = self.config.return_delay * RETURN_DELAY_UNIT_US
             torque = [self.bus.read(i, 'Torque_Enable', check_errors=False) for i in self.ids]
             self.torque_enabled = all(torque)
+            self.connected = True  # hold_present_position() needs it, even after close()
             self.hold_present_position()
         except BusError as exc:
             logger.debug('reconnect attempt failed: %s', exc)
             self.bus.close()
+            self.connected = False
             return False
         self.connected = True
         logger.info('SO-101 reconnected on %s', self.config.port)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import threading
@@ -28,6 +29,12 @@ pytestmark = pytest.mark.slow
 CTRL_HZ = 30.0
 
 
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(('127.0.0.1', 0))
+        return sock.getsockname()[1]
+
+
 class Graph:
     """The sim graph's processes plus a probe subscribed to its state topics."""
 
@@ -36,12 +43,12 @@ class Graph:
         self.dispatch_log = tmp / 'dispatch.jsonl'
         params = yaml.safe_load(graph.default_params_file('sim').read_text())
         params['sim_bridge']['ros__parameters']['dispatch_log_path'] = str(self.dispatch_log)
+        self.viewer_port = _free_port()
+        params['viewer']['ros__parameters']['port'] = self.viewer_port
         self.params_file = tmp / 'sim.yaml'
         self.params_file.write_text(yaml.safe_dump(params))
         self.procs: dict[str, NodeProcess] = {}
         for spec in graph.SIM:
-            if spec.name == 'viewer':
-                continue  # the live view has its own tests
             argv = [sys.executable, '-m', spec.module, *graph.ros_args(spec, self.params_file)]
             self.procs[spec.name] = NodeProcess(spec.name, argv, tmp / f'{spec.name}.log')
         self.probe = RosProbe('sim_graph_probe')
@@ -127,6 +134,50 @@ def test_run_task_succeeds_with_subtask_feedback(sim):
     # The scene persists: success does not reset it, the cube stays in the bowl.
     out = sim.outcome.wait_for(lambda m: m.success and 'red' in m.goal, what='red in bowl')
     assert out.known_goal
+
+
+def test_live_view_shows_the_annotated_scene(sim, tmp_path):
+    import numpy as np
+    from PIL import Image as PilImage
+
+    from lerobot_lang_nodes.testing import CHROMIUM, chromium_screenshot
+    from lerobot_lang_nodes.viewer.client import MjpegStreamReader
+    import time
+
+    from std_msgs.msg import String
+    if not (sim.context.last and sim.context.last.task):  # run alone: give it a task to show
+        pub = sim.probe.publisher(String, 'task', qos.LATCHED, wait_subscribers=1)
+        pub.publish(String(data='put the red cube in the bowl'))
+    deadline = time.monotonic() + 30.0
+    with MjpegStreamReader('127.0.0.1', sim.viewer_port, timeout=10.0) as stream:
+        while True:
+            headers, frame = stream.read_frame()
+            # The placeholder (seq 0) comes first; then wait for the task text in the header,
+            # light on the translucent dark band over the views.
+            if int(headers.get('x-frame-seq', '0')) > 0 and \
+                    (frame[:40].min(axis=2) > 180).sum() > 100:
+                break
+            assert time.monotonic() < deadline, 'no annotated frame on /stream within 30 s'
+    # Two 320x240 camera views side by side.
+    assert frame.shape[1] == 640 and frame.shape[0] >= 240, frame.shape
+    # The scene is not blank: the table, the arm and three cube colours give many colours.
+    assert len(np.unique(frame.reshape(-1, 3) // 32, axis=0)) > 20
+    if not os.access(CHROMIUM, os.X_OK):
+        if os.environ.get('LEROBOT_LANG_REQUIRE_CHROMIUM') == '1':
+            pytest.fail(f'{CHROMIUM} is required (apt-get install chromium)')
+        pytest.skip(f'{CHROMIUM} not installed (apt-get install chromium)')
+    profile = tmp_path / 'profile'
+    profile.mkdir()
+    shot = tmp_path / 'live.png'
+    chromium_screenshot(f'http://127.0.0.1:{sim.viewer_port}/', shot, profile, (900, 400))
+    if os.environ.get('LEROBOT_LANG_KEEP_SCREENSHOT'):
+        shot.replace(os.environ['LEROBOT_LANG_KEEP_SCREENSHOT'])
+        shot = Path(os.environ['LEROBOT_LANG_KEEP_SCREENSHOT'])
+    page = np.asarray(PilImage.open(shot).convert('RGB')).astype(int)
+    # The page shows the stream image (not only the dark page background): a large
+    # region of the warm table colour and the bright header text.
+    table = ((page[:, :, 0] > 120) & (page[:, :, 0] > page[:, :, 2] + 30)).sum()
+    assert table > 20000, table
 
 
 def test_vqa_answers_from_the_scene_and_leaves_the_robot_paused(sim):

@@ -2,17 +2,15 @@
 
 import os
 import shutil
-import signal
-import subprocess
 
 import numpy as np
 import pytest
 from PIL import Image
 
+from lerobot_lang_nodes.testing import CHROMIUM, chromium_screenshot
 from lerobot_lang_nodes.viewer.compose import Annotation, Composer
 from lerobot_lang_nodes.viewer.mjpeg import MjpegServer
 
-CHROMIUM = '/usr/bin/chromium'
 HOST = '127.0.0.1'
 GREEN = (20, 200, 40)
 MAGENTA = (210, 30, 200)
@@ -30,20 +28,8 @@ def chromium_or_skip() -> str:
 
 def screenshot(url: str, out_png, user_data_dir, size=(1000, 520), timeout=90.0) -> str:
     """Run headless Chromium once against ``url``; returns its combined output."""
-    cmd = [chromium_or_skip(), '--headless', '--no-sandbox', '--disable-gpu', '--no-first-run',
-           '--disable-background-networking', '--disable-component-update', '--disable-sync',
-           '--disable-quic', '--disable-dev-shm-usage', f'--user-data-dir={user_data_dir}',
-           f'--screenshot={out_png}', f'--window-size={size[0]},{size[1]}', url]
-    # Own session so that on a hang the whole Chromium process tree can be ended together.
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            start_new_session=True, env={**os.environ, 'HOME': str(user_data_dir)})
-    try:
-        output, _ = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        output, _ = proc.communicate()
-        pytest.fail(f'chromium did not finish within {timeout} s:\n{output.decode()[-2000:]}')
-    return output.decode(errors='replace')
+    chromium_or_skip()
+    return chromium_screenshot(url, out_png, user_data_dir, size, timeout)
 
 
 def colour_pixels(img: np.ndarray, colour, tol=25) -> int:

@@ -1,0 +1,163 @@
+"""Robot YAML (port, calibration, cameras, safety) -> ros__parameters of the REAL graph."""
+
+from __future__ import annotations
+
+import math
+import re
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from lerobot_lang_nodes.so101.calibration import JOINT_NAMES
+
+TOP_KEYS = ('port', 'calibration', 'cameras', 'safety')
+CAMERA_KEYS = ('source', 'width', 'height', 'fps', 'fourcc', 'publish_compressed')
+SAFETY_KEYS = ('max_relative_target_rad', 'command_timeout_s')
+_NAME = re.compile(r'^[a-z][a-z0-9_]*$')  # a ROS name token: also the topic cameras/<name>/
+
+
+class _NoAliasDumper(yaml.SafeDumper):
+    """rcl's params-file parser rejects YAML anchors/aliases: write every value in full."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
+class RobotConfigError(ValueError):
+    """The robot YAML is invalid; the message names the field and the fix."""
+
+
+def _err(path: Path, fld: str, problem: str, fix: str) -> RobotConfigError:
+    return RobotConfigError(f'{path}: field {fld!r} {problem}; {fix}')
+
+
+def load_robot_yaml(robot_yaml: Path) -> dict[str, Any]:
+    """Parse and validate a robot YAML; returns the normalised mapping."""
+    path = Path(robot_yaml)
+    try:
+        data = yaml.safe_load(path.read_text(encoding='utf-8'))
+    except FileNotFoundError:
+        raise RobotConfigError(f'robot YAML {path} does not exist; copy '
+                               'config/robot.example.yaml and edit it') from None
+    except yaml.YAMLError as exc:
+        raise RobotConfigError(f'{path}: not valid YAML ({exc})') from exc
+    if not isinstance(data, dict):
+        raise RobotConfigError(f'{path}: expected a mapping with keys {list(TOP_KEYS)}')
+    unknown = sorted(set(data) - set(TOP_KEYS))
+    if unknown:
+        raise _err(path, unknown[0], 'is not a robot YAML field', f'use only {list(TOP_KEYS)}')
+    port = data.get('port')
+    if not isinstance(port, str) or not port:
+        raise _err(path, 'port', f'is {port!r}', 'set the serial device, e.g. '
+                   '/dev/serial/by-id/usb-1a86_USB_Single_Serial_...-if00 (or the emulator '
+                   '--link path for a dry run)')
+    cal = data.get('calibration') or {}
+    if isinstance(cal, str):
+        cal = {'id': cal}
+    if not isinstance(cal, dict) or not (cal.get('id') or cal.get('path')):
+        raise _err(path, 'calibration', f'is {data.get("calibration")!r}',
+                   'give {id: <robot id used with lerobot-calibrate>} or {path: file.json}')
+    bad = sorted(set(cal) - {'id', 'path'})
+    if bad:
+        raise _err(path, f'calibration.{bad[0]}', 'is unknown', 'use calibration.id or .path')
+    cameras = data.get('cameras') or {}
+    if not isinstance(cameras, dict):
+        raise _err(path, 'cameras', 'is not a mapping', 'write cameras: {front: {source: 0}}')
+    for name, cam in cameras.items():
+        if not isinstance(name, str) or not _NAME.match(name):
+            raise _err(path, f'cameras.{name}', 'is not a valid camera name',
+                       'use lower-case letters, digits and _ (it becomes cameras/<name>/...)')
+        cam = cam if isinstance(cam, dict) else {'source': cam}
+        cameras[name] = cam
+        extra = sorted(set(cam) - set(CAMERA_KEYS))
+        if extra:
+            raise _err(path, f'cameras.{name}.{extra[0]}', 'is unknown',
+                       f'use only {list(CAMERA_KEYS)}')
+        if 'source' not in cam:
+            raise _err(path, f'cameras.{name}.source', 'is missing',
+                       'give a device index (0), a path (/dev/video0) or a video file')
+        cam['source'] = str(cam['source'])
+        for key in ('width', 'height'):
+            if key in cam and (not isinstance(cam[key], int) or cam[key] < 0):
+                raise _err(path, f'cameras.{name}.{key}', f'is {cam[key]!r}',
+                           'give a whole number of pixels (0 = camera default)')
+        if 'fps' in cam:
+            if not isinstance(cam['fps'], (int, float)) or not cam['fps'] > 0:
+                raise _err(path, f'cameras.{name}.fps', f'is {cam["fps"]!r}',
+                           'give a positive frame rate')
+            cam['fps'] = float(cam['fps'])
+        if 'fourcc' in cam and (not isinstance(cam['fourcc'], str) or len(cam['fourcc']) != 4):
+            raise _err(path, f'cameras.{name}.fourcc', f'is {cam["fourcc"]!r}',
+                       "give four characters such as 'MJPG' or 'YUYV'")
+    safety = data.get('safety') or {}
+    if not isinstance(safety, dict):
+        raise _err(path, 'safety', 'is not a mapping', f'use keys {list(SAFETY_KEYS)}')
+    extra = sorted(set(safety) - set(SAFETY_KEYS))
+    if extra:
+        raise _err(path, f'safety.{extra[0]}', 'is unknown', f'use only {list(SAFETY_KEYS)}')
+    mrt = safety.get('max_relative_target_rad')
+    if isinstance(mrt, dict):
+        for joint, value in mrt.items():
+            if joint not in JOINT_NAMES:
+                raise _err(path, f'safety.max_relative_target_rad.{joint}', 'is not a joint',
+                           f'use joints of {list(JOINT_NAMES)}')
+            _positive(path, f'safety.max_relative_target_rad.{joint}', value)
+    elif mrt is not None:
+        _positive(path, 'safety.max_relative_target_rad', mrt)
+    if 'command_timeout_s' in safety:
+        _positive(path, 'safety.command_timeout_s', safety['command_timeout_s'])
+    return {'port': port, 'calibration': cal, 'cameras': cameras, 'safety': safety}
+
+
+def _positive(path: Path, fld: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
+            value > 0 and math.isfinite(value)):
+        raise _err(path, fld, f'is {value!r}', 'give a positive number (radians / seconds)')
+
+
+def camera_names(robot_yaml: Path) -> tuple[str, ...]:
+    """Camera names of a robot YAML, in file order."""
+    return tuple(load_robot_yaml(robot_yaml)['cameras'])
+
+
+def merged_parameters(robot: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:
+    """The REAL graph's parameters: defaults overlaid with one robot's settings."""
+    out = {k: {'ros__parameters': dict((v or {}).get('ros__parameters', {}))}
+           for k, v in defaults.items() if k != 'camera'}
+    cam_defaults = dict((defaults.get('camera') or {}).get('ros__parameters', {}))
+    drv = out.setdefault('so101_driver', {'ros__parameters': {}})['ros__parameters']
+    drv['port'] = robot['port']
+    drv['calibration_id'] = str(robot['calibration'].get('id') or '')
+    drv['calibration_path'] = str(robot['calibration'].get('path') or '')
+    safety = robot['safety']
+    mrt = safety.get('max_relative_target_rad')
+    if isinstance(mrt, dict):
+        drv['max_relative_target_per_joint_rad'] = [float(mrt.get(j, 0.0)) for j in JOINT_NAMES]
+    elif mrt is not None:
+        drv['max_relative_target_rad'] = float(mrt)
+    if 'command_timeout_s' in safety:
+        drv['command_timeout_s'] = float(safety['command_timeout_s'])
+    names = list(robot['cameras'])
+    for name, cam in robot['cameras'].items():
+        out[f'{name}_camera'] = {'ros__parameters': {**cam_defaults, **cam}}
+    for node in ('planner', 'policy', 'viewer'):
+        params = out.get(node, {}).get('ros__parameters')
+        if params is not None and names:
+            params['cameras'] = names
+            if 'default_camera' in params and params['default_camera'] not in names:
+                params['default_camera'] = names[0]
+    return out
+
+
+def params_file_from_robot_yaml(robot_yaml: Path, default_params_file: Path) -> Path:
+    """Write the merged ros__parameters file (a temp file) and return its path."""
+    robot = load_robot_yaml(robot_yaml)
+    defaults = yaml.safe_load(Path(default_params_file).read_text(encoding='utf-8')) or {}
+    merged = merged_parameters(robot, defaults)
+    fd, name = tempfile.mkstemp(prefix='lerobot_lang_real_', suffix='.yaml')
+    with open(fd, 'w', encoding='utf-8') as f:
+        f.write(f'# generated from {robot_yaml} and {default_params_file}\n')
+        yaml.dump(merged, f, Dumper=_NoAliasDumper, sort_keys=False)
+    return Path(name)
