@@ -3,11 +3,14 @@
 A capture thread reads as fast as the source delivers and keeps only the newest frame (a
 slow consumer sees drops, never growing latency); a timer publishes that frame at ``fps``
 with the capture time as stamp. A source that fails (device unplugged) is reopened every
-``reconnect_period_s``. ``synthetic:square`` is a moving coloured square, for tests and dry runs.
+``reconnect_period_s``. ``synthetic:square`` is a moving coloured square, for tests and dry runs;
+``synthetic:square@<path>`` delivers it only while ``<path>`` exists, like a device node that can
+be unplugged (for testing the reconnect path without a camera).
 """
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from dataclasses import dataclass, field
@@ -28,7 +31,8 @@ class CameraConfig:
 
     source: str = field(default='0', metadata={
         'doc': "Device index ('0'), device path (/dev/video0), video file or URL, or "
-               "'synthetic:square' (moving square test pattern)."})
+               "'synthetic:square' (moving square test pattern; 'synthetic:square@<path>' "
+               'delivers only while <path> exists, like an unpluggable device).'})
     width: int = field(default=640, metadata={'doc': 'Requested width (px); 0 = source '
                                                      'default.', 'range': (0, 7680)})
     height: int = field(default=480, metadata={'doc': 'Requested height (px); 0 = source '
@@ -54,18 +58,21 @@ class CameraConfig:
 class _Synthetic:
     """cv2.VideoCapture look-alike: a coloured square moving across a dark background."""
 
-    def __init__(self, width: int, height: int, fps: float) -> None:
+    def __init__(self, width: int, height: int, fps: float, device: str = '') -> None:
         self.width, self.height, self.period = width or 320, height or 240, 1.0 / fps
+        self.device = device  # when set, frames exist only while this path exists
         self.n = 0
         self._next = time.monotonic()
 
     def isOpened(self) -> bool:  # noqa: N802 - the cv2 API
-        return True
+        return not self.device or os.path.exists(self.device)
 
-    def read(self) -> tuple[bool, np.ndarray]:
+    def read(self) -> tuple[bool, np.ndarray | None]:
         delay = self._next - time.monotonic()
         if delay > 0:
             time.sleep(delay)  # a camera delivers at its frame rate
+        if not self.isOpened():
+            return False, None  # unplugged
         self._next = max(self._next + self.period, time.monotonic() - self.period)
         img = np.full((self.height, self.width, 3), 20, np.uint8)  # BGR like cv2
         s = max(4, self.height // 6)
@@ -122,7 +129,9 @@ def _make_node_class() -> type:
         def _open(self) -> Any:
             cfg, cv2 = self.cfg, self._cv2
             if cfg.source.startswith(SYNTHETIC_PREFIX):
-                return _Synthetic(cfg.width, cfg.height, cfg.fps)
+                device = cfg.source.partition('@')[2]
+                synthetic = _Synthetic(cfg.width, cfg.height, cfg.fps, device)
+                return synthetic if synthetic.isOpened() else None
             src: Any = int(cfg.source) if cfg.source.isdigit() else cfg.source
             cap = cv2.VideoCapture(src)
             if not cap.isOpened():
@@ -141,7 +150,8 @@ def _make_node_class() -> type:
 
         def _capture_loop(self) -> None:
             cfg = self.cfg
-            is_file = _is_file_or_url(cfg.source) and '://' not in cfg.source
+            is_file = (not cfg.source.startswith(SYNTHETIC_PREFIX)
+                       and _is_file_or_url(cfg.source) and '://' not in cfg.source)
             cap = None
             failed_logged = False
             period = 1.0 / cfg.fps

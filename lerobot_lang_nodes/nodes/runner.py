@@ -18,11 +18,11 @@ STARTUP_ERRORS: tuple[type[BaseException], ...] = (ValueError, FileNotFoundError
 
 
 class RclpyLogHandler(logging.Handler):
-    """Forward the ROS-free core's `logging` records to a node's rclpy logger (so /rosout)."""
+    """Forward the ROS-free core's `logging` records to an rclpy logger (console and /rosout)."""
 
-    def __init__(self, node: Any) -> None:
+    def __init__(self, logger: Any) -> None:
         super().__init__()
-        self._logger = node.get_logger()
+        self._logger = logger
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
@@ -59,8 +59,13 @@ def run(factory: Callable[[], Any], args: list[str] | None = None, *, threads: i
     # torque) still has to stop on SIGINT from its supervisor, so take the default back.
     signal.signal(signal.SIGINT, signal.default_int_handler)
     node = None
-    handler = None
     executor = None
+    # Attached before the node exists, so what the core logs while the node starts (loading a
+    # model, writing a calibration) goes through ROS logging too.
+    handler = RclpyLogHandler(rclpy.logging.get_logger(name))
+    root = logging.getLogger('lerobot_lang_nodes')
+    root.addHandler(handler)
+    root.setLevel(logging.INFO)
     try:
         try:
             node = factory()
@@ -69,10 +74,6 @@ def run(factory: Callable[[], Any], args: list[str] | None = None, *, threads: i
             return 2
         except KeyboardInterrupt:  # Ctrl-C while loading (models can take a while)
             return 130
-        handler = RclpyLogHandler(node)
-        root = logging.getLogger('lerobot_lang_nodes')
-        root.addHandler(handler)
-        root.setLevel(logging.INFO)
         executor = MultiThreadedExecutor(num_threads=threads)
         executor.add_node(node)
         try:
@@ -90,7 +91,6 @@ def run(factory: Callable[[], Any], args: list[str] | None = None, *, threads: i
                 close()  # join worker threads, release hardware/renderers before the context
             if executor is not None:
                 executor.shutdown(timeout_sec=5.0)
-            if handler is not None:
-                logging.getLogger('lerobot_lang_nodes').removeHandler(handler)
             node.destroy_node()
+        root.removeHandler(handler)
         rclpy.try_shutdown()
