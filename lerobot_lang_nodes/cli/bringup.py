@@ -38,9 +38,11 @@ class Supervised:
 
     def __init__(self, spec: graph.NodeSpec, argv: list[str], env: dict[str, str]) -> None:
         self.spec = spec
+        # Own session: a terminal's Ctrl-C reaches only the supervisor, which forwards one
+        # SIGINT; a second one could interrupt a node's shutdown (a driver dropping torque).
         self.proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE,
                                      stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                     text=True, bufsize=1)
+                                     text=True, bufsize=1, start_new_session=True)
         self._thread = threading.Thread(target=self._pump, daemon=True)
         self._thread.start()
 
@@ -65,10 +67,10 @@ class Supervised:
         self._thread.join(timeout=2.0)
 
 
-def _node_specs(command: str, args: argparse.Namespace) -> list[graph.NodeSpec]:
-    specs = list(graph.GRAPHS[command])
-    if command == 'real':  # one camera node per camera of the robot YAML
-        specs = list(graph.real_specs(getattr(args, 'real_cameras', ())))
+def _node_specs(command: str, args: argparse.Namespace,
+                cameras: tuple[str, ...]) -> list[graph.NodeSpec]:
+    # The real graph has one camera node per camera of the robot YAML.
+    specs = list(graph.real_specs(cameras) if command == 'real' else graph.GRAPHS[command])
     if args.no_viewer:
         specs = [s for s in specs if s.name != 'viewer']
     return specs
@@ -83,7 +85,7 @@ def run(command: str, args: argparse.Namespace) -> int:
     if not params_file.is_file():
         print(f'error: parameters file {params_file} does not exist', file=sys.stderr)
         return 2
-    extra_params: list[str] = []
+    cameras: tuple[str, ...] = ()
     if command == 'real':
         from lerobot_lang_nodes.cli import real_config  # the hardware path adds this module
         try:
@@ -91,7 +93,7 @@ def run(command: str, args: argparse.Namespace) -> int:
         except real_config.RobotConfigError as exc:
             print(f'error: {exc}', file=sys.stderr)
             return 2
-        args.real_cameras = real_config.camera_names(args.robot_yaml)
+        cameras = tuple(real_config.camera_names(args.robot_yaml))
     print(f"[lerobot-lang] ROS_DOMAIN_ID={env['ROS_DOMAIN_ID']} "
           f"ROS_AUTOMATIC_DISCOVERY_RANGE={env['ROS_AUTOMATIC_DISCOVERY_RANGE']} "
           f'params={params_file}', flush=True)
@@ -104,9 +106,8 @@ def run(command: str, args: argparse.Namespace) -> int:
     old_int = signal.signal(signal.SIGINT, on_signal)
     old_term = signal.signal(signal.SIGTERM, on_signal)
     try:
-        for spec in _node_specs(command, args):
-            argv = [sys.executable, '-m', spec.module, *graph.ros_args(spec, params_file),
-                    *extra_params]
+        for spec in _node_specs(command, args, cameras):
+            argv = [sys.executable, '-m', spec.module, *graph.ros_args(spec, params_file)]
             procs.append(Supervised(spec, argv, env))
         return _supervise(command, args, procs, stopping, _viewer_url(params_file))
     finally:
@@ -132,9 +133,12 @@ def _supervise(command: str, args: argparse.Namespace, procs: list[Supervised],
     import rclpy
     from std_msgs.msg import String
 
+    from rclpy.signals import SignalHandlerOptions
+
     from lerobot_lang_msgs.msg import TaskOutcome
     from lerobot_lang_nodes.nodes import qos
-    rclpy.init()
+    # Keep our SIGINT/SIGTERM handlers: rclpy's would shut the context down under the loop.
+    rclpy.init(signal_handler_options=SignalHandlerOptions.NO)
     node = rclpy.create_node('lerobot_lang_bringup')
     succeeded = threading.Event()
     def on_outcome(msg: TaskOutcome) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import signal
 import sys
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -39,7 +40,11 @@ class RclpyLogHandler(logging.Handler):
             self.handleError(record)
 
 
+_interrupted = threading.Event()
+
+
 def _raise_keyboard_interrupt(_signum: int, _frame: Any) -> None:
+    _interrupted.set()
     raise KeyboardInterrupt
 
 
@@ -57,7 +62,7 @@ def run(factory: Callable[[], Any], args: list[str] | None = None, *, threads: i
     signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
     # A shell's `cmd &` starts children with SIGINT ignored; a node (a driver that must drop
     # torque) still has to stop on SIGINT from its supervisor, so take the default back.
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGINT, _raise_keyboard_interrupt)
     node = None
     executor = None
     # Attached before the node exists, so what the core logs while the node starts (loading a
@@ -69,11 +74,15 @@ def run(factory: Callable[[], Any], args: list[str] | None = None, *, threads: i
     try:
         try:
             node = factory()
-        except STARTUP_ERRORS as exc:
-            rclpy.logging.get_logger(name).fatal(f'cannot start: {exc}')
-            return 2
         except KeyboardInterrupt:  # Ctrl-C while loading (models can take a while)
             return 130
+        except Exception as exc:
+            if _interrupted.is_set():  # the interrupt surfaced inside a C extension call
+                return 130
+            if not isinstance(exc, STARTUP_ERRORS):
+                raise
+            rclpy.logging.get_logger(name).fatal(f'cannot start: {exc}')
+            return 2
         executor = MultiThreadedExecutor(num_threads=threads)
         executor.add_node(node)
         try:
@@ -85,6 +94,10 @@ def run(factory: Callable[[], Any], args: list[str] | None = None, *, threads: i
             pass
         return 0
     finally:
+        # A second Ctrl-C must not interrupt close() (a driver disabling torque); the
+        # supervisor's SIGKILL after its timeout is the way out of a hung shutdown.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         if node is not None:
             close = getattr(node, 'close', None)
             if callable(close):

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+
+from lerobot_lang_nodes.testing import wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -23,3 +27,38 @@ def test_lerobot_lang_sim_completes_the_default_task():
         assert f'[{node}] ' in log, f'no output from {node}'
     assert 'Traceback' not in log, log[-4000:]
     assert log.rstrip().endswith('[lerobot-lang] stopped')
+
+
+def _children(pid: int) -> list[int]:
+    kids = []
+    for stat in Path('/proc').glob('[0-9]*/stat'):
+        try:
+            fields = stat.read_text().rsplit(')', 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[1]) == pid:
+            kids.append(int(stat.parent.name))
+    return kids
+
+
+def test_ctrl_c_stops_every_node_cleanly(tmp_path):
+    log = tmp_path / 'sim.log'
+    with log.open('w') as out:
+        proc = subprocess.Popen([sys.executable, '-m', 'lerobot_lang_nodes.cli.main', 'sim',
+                                 '--no-viewer', '--timeout', '240'], stdout=out,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        wait_until(lambda: all(f'{n} ready' in log.read_text()
+                               for n in ('sim_bridge', 'planner', 'policy')), 120.0,
+                   'every node to report ready')
+        kids = _children(proc.pid)
+        assert len(kids) == 3, kids  # sim_bridge, planner, policy
+        proc.send_signal(signal.SIGINT)  # what a terminal's Ctrl-C sends to the supervisor
+        assert proc.wait(timeout=60) == 0, log.read_text()[-3000:]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    text = log.read_text()
+    assert 'Traceback' not in text and 'killing pid' not in text, text[-3000:]
+    assert text.rstrip().endswith('[lerobot-lang] stopped')
+    assert not [k for k in kids if Path(f'/proc/{k}').exists()], 'a node outlived the bring-up'
