@@ -100,6 +100,7 @@ class PlannerNode(Node):
         self._outcome: TaskOutcome | None = None
         self._published: LanguageSnapshot | None = None
         self._subtask_history: list[str] = []
+        self._goal_handle = None  # the RunTask goal being executed, for feedback
 
         cb = ReentrantCallbackGroup()
         self._ctx_pub = self.create_publisher(LanguageContext, 'language_context', qos.LATCHED)
@@ -220,6 +221,9 @@ class PlannerNode(Node):
                               plan=snap.plan, revision=snap.revision, source=snap.source)
         msg.header.stamp = self.get_clock().now().to_msg()
         self._ctx_pub.publish(msg)
+        handle = self._goal_handle
+        if handle is not None and handle.is_active:
+            self._send_feedback(handle, snap)
         for key, pub in self._text_pubs.items():
             if prev is None or getattr(prev, key) != getattr(snap, key):
                 pub.publish(String(data=getattr(snap, key)))
@@ -285,20 +289,26 @@ class PlannerNode(Node):
                      ).result(timeout=60.0)
         start_rev = self.state.revision
         start_s = self._now_s()
-        last_feedback = None
         period = 1.0 / self.cfg.feedback_hz
-        while True:
-            snap = self.state.snapshot()
-            fb = (snap.subtask, snap.memory)
-            if fb != last_feedback:
-                handle.publish_feedback(RunTask.Feedback(
-                    subtask=snap.subtask, memory=snap.memory,
-                    progress=f'subtask {len(self._subtask_history)}: {snap.subtask}'))
-                last_feedback = fb
-            result = self._finished(handle, snap, start_rev, start_s, goal)
-            if result is not None:
-                return result
-            time.sleep(period)  # wall-clock pacing of a polling loop; progress uses node time
+        # Every context change is sent at once by _publish_context (a subtask may last only a
+        # few ticks); this loop repeats the current one at feedback_hz, so a feedback lost to
+        # discovery is made good, and checks for the end of the run.
+        self._goal_handle = handle
+        try:
+            while True:
+                snap = self.state.snapshot()
+                self._send_feedback(handle, snap)
+                result = self._finished(handle, snap, start_rev, start_s, goal)
+                if result is not None:
+                    return result
+                time.sleep(period)  # wall-clock pacing of a polling loop; limits use node time
+        finally:
+            self._goal_handle = None
+
+    def _send_feedback(self, handle, snap: LanguageSnapshot) -> None:
+        handle.publish_feedback(RunTask.Feedback(
+            subtask=snap.subtask, memory=snap.memory,
+            progress=f'subtask {len(self._subtask_history)}: {snap.subtask}'))
 
     def _finished(self, handle, snap: LanguageSnapshot, start_rev: int, start_s: float,
                   goal: RunTask.Goal) -> RunTask.Result | None:

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import argparse
+from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 import enum
@@ -42,6 +43,7 @@ MAX_LOAD = 1000  # 0.1 % units = 100 % stall torque
 CURRENT_PER_LOAD = 0.5  # Present_Current counts (6.5 mA) per load count
 MOVING_THRESHOLD_STEPS_S = 5.0
 POLL_S = 0.01  # emulator loop wake-up when idle
+GOAL_LOG_SIZE = 4096  # goal-register writes kept by ServoBusEmulator.goal_writes
 
 
 class FaultKind(enum.Enum):
@@ -52,6 +54,16 @@ class FaultKind(enum.Enum):
     PARTIAL = 'partial'  # only the first half of the status packet is sent
     GARBAGE = 'garbage'  # random bytes before the status packet
     DUPLICATE = 'duplicate'  # the status packet twice, like a late reply to a retried request
+
+
+@dataclass(frozen=True)
+class GoalWrite:
+    """One write reaching a servo's Goal_Position register, as the emulator applied it."""
+
+    stamp: float  # time.monotonic() when the write was applied
+    servo_id: int
+    goal: int  # the new Goal_Position (steps)
+    present: int  # Present_Position just before the write (steps)
 
 
 @dataclass
@@ -196,6 +208,7 @@ class ServoBusEmulator:
         self.instructions: dict[int, int] = {}  # instruction code -> count
         self._rng = random.Random(seed)
         self._faults: list[_Fault] = []
+        self._goal_log: deque[GoalWrite] = deque(maxlen=GOAL_LOG_SIZE)
         self._parser = PacketParser()
         self._lock = threading.RLock()
         self._master: int | None = None
@@ -347,6 +360,24 @@ class ServoBusEmulator:
         with self._lock:
             self.servos[servo_id].set(name, value)
 
+    def goal_writes(self, clear: bool = False) -> list[GoalWrite]:
+        """The last GOAL_LOG_SIZE Goal_Position writes (WRITE, ACTION or SYNC_WRITE), oldest first."""
+        with self._lock:
+            out = list(self._goal_log)
+            if clear:
+                self._goal_log.clear()
+            return out
+
+    def _write(self, servo: VirtualServo, address: int, data: bytes) -> None:
+        """Apply a write to one servo, logging it when it touches Goal_Position."""
+        reg = CONTROL_TABLE['Goal_Position']
+        touches = address < reg.address + reg.size and address + len(data) > reg.address
+        present = servo.present_position()
+        servo.write(address, data)
+        if touches:
+            self._goal_log.append(GoalWrite(time.monotonic(), servo.id,
+                                            servo.get('Goal_Position'), present))
+
     def _advance(self) -> None:
         now = time.monotonic()
         dt, self._last_step = now - self._last_step, now
@@ -432,7 +463,7 @@ class ServoBusEmulator:
         elif code in (Instruction.WRITE, Instruction.REG_WRITE) and params:
             for servo in targets:
                 if code == Instruction.WRITE:
-                    servo.write(params[0], params[1:])
+                    self._write(servo, params[0], params[1:])
                 else:
                     servo.reg_write = (params[0], params[1:])
             if packet.id != BROADCAST_ID and targets[0].get('Response_Status_Level'):
@@ -440,7 +471,7 @@ class ServoBusEmulator:
         elif code == Instruction.ACTION:
             for servo in targets:
                 if servo.reg_write is not None:
-                    servo.write(*servo.reg_write)
+                    self._write(servo, *servo.reg_write)
                     servo.reg_write = None
             if packet.id != BROADCAST_ID:
                 reply = self._status(targets[0])
@@ -458,7 +489,7 @@ class ServoBusEmulator:
             for k in range(0, len(body) - size, size + 1):
                 servo = self._by_id(body[k])
                 if servo is not None:
-                    servo.write(address, body[k + 1:k + 1 + size])
+                    self._write(servo, address, body[k + 1:k + 1 + size])
         if reply:
             delay_us = max(s.get('Return_Delay_Time') for s in targets) * RETURN_DELAY_UNIT_US
             if delay_us > 0:
@@ -516,4 +547,4 @@ def main(argv: list[str] | None = None) -> int:
 if __name__ == '__main__':
     sys.exit(main())
 
-__all__ = ['FaultKind', 'ServoBusEmulator', 'VirtualServo', 'main', 'parse_ids']
+__all__ = ['FaultKind', 'GoalWrite', 'ServoBusEmulator', 'VirtualServo', 'main', 'parse_ids']

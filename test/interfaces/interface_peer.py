@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import time
 
 import rclpy
 from rclpy.action import ActionServer
@@ -61,6 +62,12 @@ class InterfacePeer(Node):
 
     def _run_task(self, goal_handle):
         subtasks = [f'step {i} of {goal_handle.request.task}' for i in range(3)]
+        # Feedback is a plain topic: publish only once the client's subscription is matched,
+        # or the first messages can be lost in discovery.
+        deadline = time.monotonic() + 10.0
+        while self.count_subscribers('run_task/_action/feedback') < 1 and \
+                time.monotonic() < deadline:
+            time.sleep(0.01)
         for i, subtask in enumerate(subtasks):
             goal_handle.publish_feedback(RunTask.Feedback(
                 subtask=subtask, memory=f'{i} steps done', progress=f'{i + 1}/3'))

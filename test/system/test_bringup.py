@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -62,3 +63,24 @@ def test_ctrl_c_stops_every_node_cleanly(tmp_path):
     assert 'Traceback' not in text and 'killing pid' not in text, text[-3000:]
     assert text.rstrip().endswith('[lerobot-lang] stopped')
     assert not [k for k in kids if Path(f'/proc/{k}').exists()], 'a node outlived the bring-up'
+
+
+def test_a_dead_required_node_stops_the_graph_with_an_error(tmp_path):
+    log = tmp_path / 'sim.log'
+    with log.open('w') as out:
+        proc = subprocess.Popen([sys.executable, '-m', 'lerobot_lang_nodes.cli.main', 'sim',
+                                 '--no-viewer', '--timeout', '240'], stdout=out,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        wait_until(lambda: 'policy ready' in log.read_text(), 120.0, 'the policy to start')
+        policy = [k for k in _children(proc.pid)
+                  if b'policy_node' in Path(f'/proc/{k}/cmdline').read_bytes()]
+        assert len(policy) == 1
+        os.kill(policy[0], signal.SIGKILL)  # a crash, not a clean stop
+        assert proc.wait(timeout=60) == 1
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    text = log.read_text()
+    assert '[lerobot-lang] required node policy exited with code -9; stopping the graph' in text
+    assert text.rstrip().endswith('[lerobot-lang] stopped')

@@ -128,8 +128,11 @@ def test_run_task_succeeds_with_subtask_feedback(sim):
                                     timeout_s=240.0)
     assert result is not None and result.success, (
         f'{result and result.message}\n{sim.procs["planner"].log_text(3000)}')
-    assert _subtasks(feedback)[:2] == ['reach the red cube', 'grasp the red cube']
-    assert 'release the red cube' in _subtasks(feedback)
+    expected = ['reach the red cube', 'grasp the red cube', 'lift the red cube',
+                'move the red cube over the bowl', 'release the red cube']
+    seen = iter(_subtasks(feedback))
+    assert all(step in seen for step in expected), _subtasks(feedback)  # in this order
+    assert _subtasks(feedback)[0] == expected[0]
     assert list(result.subtasks)[-1] == 'release the red cube'
     # The scene persists: success does not reset it, the cube stays in the bowl.
     out = sim.outcome.wait_for(lambda m: m.success and 'red' in m.goal, what='red in bowl')
@@ -286,6 +289,21 @@ def test_operator_cli_ask_and_status(sim):
     resume = subprocess.run([sys.executable, '-m', 'lerobot_lang_nodes.cli.main', 'resume'],
                             capture_output=True, text=True, timeout=90)
     assert resume.returncode == 0 and 'resumed' in resume.stdout
+    n = len(sim.status)
+    sim.status.wait_for(lambda m: sim.status.messages.index(m) >= n and m.mode == 'action',
+                        what='action mode after `lerobot-lang resume`')
+    pause = subprocess.run([sys.executable, '-m', 'lerobot_lang_nodes.cli.main', 'pause'],
+                           capture_output=True, text=True, timeout=90)
+    assert pause.returncode == 0 and 'paused' in pause.stdout
+    n = len(sim.status)
+    sim.status.wait_for(lambda m: sim.status.messages.index(m) >= n and m.mode == 'paused'
+                        and m.queue_depth == 0, what='paused after `lerobot-lang pause`')
+    task = subprocess.run([sys.executable, '-m', 'lerobot_lang_nodes.cli.main', 'task',
+                           'pick up the blue cube'], capture_output=True, text=True, timeout=90)
+    assert task.returncode == 0, task.stderr
+    sim.context.wait_for(lambda m: m.task == 'pick up the blue cube', what='the CLI task')
+    subprocess.run([sys.executable, '-m', 'lerobot_lang_nodes.cli.main', 'resume'],
+                   capture_output=True, text=True, timeout=90, check=True)
 
 
 def test_killing_the_policy_makes_the_arm_hold(sim):

@@ -1,0 +1,122 @@
+"""`lerobot-lang real robot.yaml` end to end against the byte-level servo emulator.
+
+The emulator runs in this process (ServoBusEmulator published at a --link path) so the servos'
+Torque_Enable registers can be read after the bring-up stops; the bring-up runs as the user
+starts it (own session, output to a file) with the shipped robot.example.yaml edited to the
+emulator's port, a calibration JSON written by the so101 calibration helpers and two
+synthetic:square cameras. Everything is observed over DDS with the probe.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+from sensor_msgs.msg import Image, JointState
+from std_srvs.srv import Trigger
+
+from lerobot_lang_msgs.msg import RuntimeStatus
+from lerobot_lang_nodes import paths
+from lerobot_lang_nodes.nodes import qos
+from lerobot_lang_nodes.so101.calibration import JOINT_NAMES, MotorCalibration, save_calibration
+from lerobot_lang_nodes.so101.emulator import ServoBusEmulator
+from lerobot_lang_nodes.testing import wait_until
+
+CAMERAS = ('front', 'wrist')
+WAIT_S = 30.0  # five node processes starting on two loaded cores
+
+
+def _children(pid: int) -> list[int]:
+    kids = []
+    for stat in Path('/proc').glob('[0-9]*/stat'):
+        try:
+            fields = stat.read_text().rsplit(')', 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[1]) == pid:
+            kids.append(int(stat.parent.name))
+    return kids
+
+
+def _gone(pid: int) -> bool:
+    try:
+        state = Path(f'/proc/{pid}/stat').read_text().rsplit(')', 1)[1].split()[0]
+    except (OSError, IndexError):
+        return True
+    return state == 'Z'  # exited, waiting to be reaped by its (new) parent
+
+
+def _write_robot_yaml(tmp: Path, port: Path, calibration: Path) -> Path:
+    robot = yaml.safe_load(paths.config_path('robot.example.yaml').read_text())
+    robot['port'] = str(port)
+    robot['calibration'] = {'path': str(calibration)}
+    robot['cameras'] = {name: {'source': 'synthetic:square', 'width': 160, 'height': 120,
+                               'fps': 15} for name in CAMERAS}
+    out = tmp / 'robot.yaml'
+    out.write_text(yaml.safe_dump(robot, sort_keys=False))
+    return out
+
+
+def test_real_bringup_against_the_emulator(tmp_path, probe) -> None:
+    emu = ServoBusEmulator(range(1, 7), link=tmp_path / 'so101').start()
+    cal = tmp_path / 'so101_follower.json'
+    save_calibration({j: MotorCalibration(i + 1, 0, 0, 0 if j == 'wrist_roll' else 1000,
+                                          4095 if j == 'wrist_roll' else 3000)
+                      for i, j in enumerate(JOINT_NAMES)}, path=cal)
+    robot_yaml = _write_robot_yaml(tmp_path, Path(emu.port), cal)
+    joints = probe.subscribe(JointState, '/joint_states', qos.SENSOR)
+    images = {c: probe.subscribe(Image, f'/cameras/{c}/image_raw', qos.SENSOR) for c in CAMERAS}
+    status = probe.subscribe(RuntimeStatus, '/runtime_status', qos.STATUS)
+    log = tmp_path / 'real.log'
+    with log.open('w') as out:
+        proc = subprocess.Popen([sys.executable, '-m', 'lerobot_lang_nodes.cli.main', 'real',
+                                 str(robot_yaml), '--no-viewer', '--timeout', '120'],
+                                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True, env=dict(os.environ))
+    kids: list[int] = []
+    try:
+        def alive() -> None:
+            assert proc.poll() is None, log.read_text()[-4000:]
+
+        def wait(predicate, what: str):
+            return wait_until(lambda: (alive(), predicate())[1], WAIT_S, what)
+
+        first = joints.wait_for(timeout_s=WAIT_S, what='joint_states from so101_driver')
+        alive()
+        assert list(first.name) == list(JOINT_NAMES)
+        for c in CAMERAS:
+            img = images[c].wait_for(timeout_s=WAIT_S, what=f'cameras/{c}/image_raw')
+            assert (img.width, img.height, img.encoding) == (160, 120, 'rgb8')
+        paused = status.wait_for(timeout_s=WAIT_S, what='runtime_status')
+        assert status.messages[0].mode == 'paused', status.messages[0].mode  # starts paused
+        assert paused.mode == 'paused'
+        assert all(emu.register(i, 'Torque_Enable') == 1 for i in emu.servos), \
+            'the active driver holds with torque on'
+        resume = probe.call(Trigger, '/resume', Trigger.Request(), timeout_s=WAIT_S)
+        assert resume.success, resume.message
+        status.messages.clear()
+        status.wait_for(lambda s: s.mode == 'action', timeout_s=WAIT_S,
+                        what='runtime_status in mode action after /resume')
+        # driver, front_camera, wrist_camera, planner, policy (no viewer)
+        kids = wait(lambda: [k for k in [_children(proc.pid)] if len(k) == 5],
+                    'five node processes')[0]
+        proc.send_signal(signal.SIGINT)  # a terminal's Ctrl-C reaches only the supervisor
+        assert proc.wait(timeout=WAIT_S) == 0, log.read_text()[-4000:]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
+        for pid in kids:  # never leave a node behind, even when an assertion failed
+            if not _gone(pid):
+                os.kill(pid, signal.SIGKILL)
+        emu.stop()
+    wait_until(lambda: all(_gone(k) for k in kids), 10.0, 'every node process gone')
+    text = log.read_text()
+    assert 'Traceback' not in text and 'killing pid' not in text, text[-4000:]
+    assert text.rstrip().endswith('[lerobot-lang] stopped'), text[-2000:]
+    torque = {i: emu.servos[i].get('Torque_Enable') for i in emu.servos}
+    assert not any(torque.values()), f'torque still enabled after shutdown: {torque}'
