@@ -142,9 +142,14 @@ class PolicyNode(Node):
         st = self._status
         if st is None or time.monotonic() - self._status_wall > self.cfg.status_timeout_s:
             return False
-        if st.mode != RuntimeStatus.MODE_ACTION or not st.needs_refill:
+        if st.mode != RuntimeStatus.MODE_ACTION or self._joints is None:
             return False
-        if self._joints is None or not self._instruction()[0]:
+        instruction, revision = self._instruction()
+        if not instruction:
+            return False
+        # A newer revision than the executor's empties its queue as soon as it hears of it:
+        # start that chunk now instead of waiting for the status saying so.
+        if not st.needs_refill and revision <= st.context_revision:
             return False
         if self._awaiting is not None:
             if time.monotonic() - self._awaiting[1] < ACK_TIMEOUT_S:

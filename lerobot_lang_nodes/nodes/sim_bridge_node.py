@@ -132,6 +132,9 @@ class SimBridgeNode(Node):
         self.create_subscription(ActionChunk, 'action_chunk', self._on_chunk, qos.COMMAND)
         self.create_subscription(LanguageContext, 'language_context', self._on_context,
                                  qos.LATCHED)
+        # Without a planner (flat policies) the operator's task is the goal to judge.
+        self._have_context = False
+        self.create_subscription(String, 'task', self._on_task, qos.LATCHED)
         self.create_service(Trigger, 'pause', self._on_pause)
         self.create_service(Trigger, 'resume', self._on_resume)
         self.create_service(Trigger, 'sim/reset', self._on_reset)
@@ -157,12 +160,21 @@ class SimBridgeNode(Node):
                                       f'{result.kind}: {result.reason}',
                                       throttle_duration_sec=2.0)
 
+    def _on_task(self, msg: String) -> None:
+        from lerobot_lang_nodes.sim import tasks
+        with self._lock:
+            if self._have_context:
+                return  # the planner's context (task or re-plan) decides
+            self._goal_text = msg.data.strip()
+            self._goal = tasks.parse_task(self._goal_text)
+
     def _on_context(self, msg: LanguageContext) -> None:
         self.chunk_executor.set_revision(int(msg.revision))
         from lerobot_lang_nodes.sim import tasks
         plan_goal = tasks.parse_task(msg.plan) if msg.plan else None
         goal_text = msg.plan if plan_goal is not None else msg.task
         with self._lock:
+            self._have_context = True
             self._context_revision = int(msg.revision)
             self._goal_text = goal_text
             self._goal = plan_goal or tasks.parse_task(msg.task)

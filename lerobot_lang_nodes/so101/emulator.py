@@ -361,7 +361,7 @@ class ServoBusEmulator:
             self.servos[servo_id].set(name, value)
 
     def goal_writes(self, clear: bool = False) -> list[GoalWrite]:
-        """The last GOAL_LOG_SIZE Goal_Position writes (WRITE, ACTION or SYNC_WRITE), oldest first."""
+        """The last GOAL_LOG_SIZE Goal_Position writes (WRITE/ACTION/SYNC_WRITE), oldest first."""
         with self._lock:
             out = list(self._goal_log)
             if clear:
