@@ -146,14 +146,22 @@ class Collector:
             return list(self.messages)
 
     def wait_for(self, predicate: Callable[[Any], bool] = lambda m: True,
-                 timeout_s: float = 10.0, what: str = 'a message') -> Any:
-        """Return the first message (old or new) matching ``predicate``."""
+                 timeout_s: float = 10.0, what: str = 'a message', since: int = 0) -> Any:
+        """Return the first message matching ``predicate``, from index ``since`` on.
+
+        ``since=len(collector)`` waits for a message that arrives after the call.
+        """
         deadline = time.monotonic() + timeout_s
+        checked = since
         with self._cond:
             while True:
-                for msg in self.messages:
+                # Each message is tested once: rescanning a long history on every arrival
+                # would hog the GIL and starve other threads of the test process (an
+                # in-process servo emulator, say).
+                for msg in self.messages[checked:]:
                     if predicate(msg):
                         return msg
+                checked = len(self.messages)
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     raise WaitTimeout(f'no {what} within {timeout_s:.1f} s '

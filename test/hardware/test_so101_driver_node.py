@@ -263,8 +263,10 @@ def test_overload_latches_fault_until_reset(arm: Rig) -> None:
     assert arm.goal() == goal, 'motion accepted while a fault is latched'
     assert not arm.call('so101_driver/reset_fault').success  # still overloaded
     arm.emu.clear_faults()
-    reset = arm.call('so101_driver/reset_fault')
-    assert reset.success, reset.message
+    # A reset pings every servo; on a loaded machine a ping can time out, and the service
+    # then says so (success false, the bus error) - an operator would simply call it again.
+    arm.wait(lambda: arm.call('so101_driver/reset_fault').success,
+             'reset_fault to succeed once no servo reports the overload')
     assert arm.call('resume').success
     before = arm.present()
     arm.send(arm.hold_chunk(-0.1))

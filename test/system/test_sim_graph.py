@@ -191,7 +191,7 @@ def test_vqa_answers_from_the_scene_and_leaves_the_robot_paused(sim):
                                                           camera='wrist'), timeout_s=30.0)
     assert reply.success and reply.answer == 'nothing'
     n = len(sim.status)
-    paused = sim.status.wait_for(lambda m: sim.status.messages.index(m) >= n, what='status')
+    paused = sim.status.wait_for(what='a status after the answer', since=n)
     assert paused.mode == RuntimeStatus.MODE_PAUSED and paused.queue_depth == 0
     bad = sim.probe.call(AskVqa, 'vqa', AskVqa.Request(question='hi', camera='nope'))
     assert not bad.success and 'front' in bad.message
@@ -202,8 +202,8 @@ def test_resume_resumes(sim):
     reply = sim.probe.call(Trigger, 'resume', Trigger.Request())
     assert reply.success
     n = len(sim.status)
-    sim.status.wait_for(lambda m: sim.status.messages.index(m) >= n
-                        and m.mode == RuntimeStatus.MODE_ACTION, what='action mode')
+    sim.status.wait_for(lambda m: m.mode == RuntimeStatus.MODE_ACTION, what='action mode',
+                        since=n)
 
 
 def test_interjection_from_another_process_replans_and_drops_old_chunks(sim):
@@ -266,8 +266,8 @@ def test_malformed_and_foreign_chunks_are_rejected_with_a_reason(sim):
     pub.publish(ActionChunk(context_revision=rev, action_names=joints, horizon=2,
                             action_dim=6, values=[0.0] * 5, sequence=10**6))  # 5 != 2 * 6
     n = len(sim.status)
-    sim.status.wait_for(lambda m: sim.status.messages.index(m) >= n
-                        and m.rejected_invalid == before + 1, what='one malformed rejection')
+    sim.status.wait_for(lambda m: m.rejected_invalid == before + 1,
+                        what='one malformed rejection', since=n)
     pub.publish(ActionChunk(context_revision=rev, action_names=[f'j{i}' for i in range(6)],
                             horizon=1, action_dim=6, values=[0.0] * 6, sequence=10**6 + 1))
     got = sim.status.wait_for(lambda m: m.rejected_invalid == before + 2,
@@ -290,14 +290,14 @@ def test_operator_cli_ask_and_status(sim):
                             capture_output=True, text=True, timeout=90)
     assert resume.returncode == 0 and 'resumed' in resume.stdout
     n = len(sim.status)
-    sim.status.wait_for(lambda m: sim.status.messages.index(m) >= n and m.mode == 'action',
-                        what='action mode after `lerobot-lang resume`')
+    sim.status.wait_for(lambda m: m.mode == 'action',
+                        what='action mode after `lerobot-lang resume`', since=n)
     pause = subprocess.run([sys.executable, '-m', 'lerobot_lang_nodes.cli.main', 'pause'],
                            capture_output=True, text=True, timeout=90)
     assert pause.returncode == 0 and 'paused' in pause.stdout
     n = len(sim.status)
-    sim.status.wait_for(lambda m: sim.status.messages.index(m) >= n and m.mode == 'paused'
-                        and m.queue_depth == 0, what='paused after `lerobot-lang pause`')
+    sim.status.wait_for(lambda m: m.mode == 'paused' and m.queue_depth == 0,
+                        what='paused after `lerobot-lang pause`', since=n)
     task = subprocess.run([sys.executable, '-m', 'lerobot_lang_nodes.cli.main', 'task',
                            'pick up the blue cube'], capture_output=True, text=True, timeout=90)
     assert task.returncode == 0, task.stderr
@@ -312,20 +312,19 @@ def test_killing_the_policy_makes_the_arm_hold(sim):
     pub.publish(String(data='put the red cube in the bowl'))
     n = len(sim.status)
     try:
-        moving = sim.status.wait_for(lambda m: sim.status.messages.index(m) >= n
-                                     and m.mode == 'action' and m.queue_depth > 0
+        moving = sim.status.wait_for(lambda m: m.mode == 'action' and m.queue_depth > 0
                                      and m.last_chunk_sequence > 0, timeout_s=30.0,
-                                     what='the arm executing chunks')
+                                     what='the arm executing chunks', since=n)
     except WaitTimeout:
         raise AssertionError(sim.procs['policy'].log_text(3000) + '\n=====\n'
                              + sim.procs['sim_bridge'].log_text(3000) + '\n=====\n'
                              + sim.procs['planner'].log_text(3000)) from None
     sim.procs['policy'].kill()
     n = len(sim.status)
-    empty = sim.status.wait_for(lambda m: sim.status.messages.index(m) >= n
-                                and m.queue_depth == 0, timeout_s=10.0, what='queue ran out')
-    later = sim.status.wait_for(lambda m: sim.status.messages.index(m) >
-                                sim.status.messages.index(empty) + 2, what='later statuses')
+    empty = sim.status.wait_for(lambda m: m.queue_depth == 0, timeout_s=10.0,
+                                what='queue ran out', since=n)
+    later = sim.status.wait_for(what='later statuses',
+                                since=sim.status.snapshot().index(empty) + 3)
     assert later.dispatched == empty.dispatched, 'an action was dispatched with no policy'
     assert later.starved_ticks > empty.starved_ticks
     # Hold within two control periods of the last dispatched action: every control tick
