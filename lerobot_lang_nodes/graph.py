@@ -34,6 +34,10 @@ REAL = (
     NodeSpec('viewer', 'lerobot_lang_nodes.nodes.viewer_node', required=False),
 )
 
+# Set by `lerobot-lang` in each node's environment: the node then stops when its supervisor
+# dies (nodes/runner.py), so a killed bring-up never leaves nodes behind.
+SUPERVISOR_PID_ENV = 'LEROBOT_LANG_SUPERVISOR_PID'
+
 GRAPHS: dict[str, tuple[NodeSpec, ...]] = {'sim': SIM, 'real': REAL}
 CAMERA_TOPICS = ('image_raw', 'camera_info', 'image_raw/compressed')
 

@@ -120,6 +120,28 @@ def wait_until(predicate: Callable[[], Any], timeout_s: float, what: str,
         time.sleep(poll_s)
 
 
+def child_pids(pid: int) -> list[int]:
+    """PIDs of the direct children of ``pid`` (Linux /proc), e.g. a bring-up's nodes."""
+    kids = []
+    for stat in Path('/proc').glob('[0-9]*/stat'):
+        try:
+            fields = stat.read_text().rsplit(')', 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[1]) == pid:
+            kids.append(int(stat.parent.name))
+    return kids
+
+
+def process_gone(pid: int) -> bool:
+    """True when ``pid`` has exited (gone, or a zombie waiting to be reaped)."""
+    try:
+        state = Path(f'/proc/{pid}/stat').read_text().rsplit(')', 1)[1].split()[0]
+    except (OSError, IndexError):
+        return True
+    return state == 'Z'
+
+
 class Collector:
     """Messages received on one subscription, with a condition to wait on."""
 

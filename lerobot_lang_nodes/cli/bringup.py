@@ -40,6 +40,7 @@ class Supervised:
         self.spec = spec
         # Own session: a terminal's Ctrl-C reaches only the supervisor, which forwards one
         # SIGINT; a second one could interrupt a node's shutdown (a driver dropping torque).
+        env = {**env, graph.SUPERVISOR_PID_ENV: str(os.getpid())}  # see runner
         self.proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE,
                                      stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                      text=True, bufsize=1, start_new_session=True)

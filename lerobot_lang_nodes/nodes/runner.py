@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import sys
 import threading
@@ -12,6 +13,8 @@ from typing import Any
 import rclpy
 from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
 from rclpy.signals import SignalHandlerOptions
+
+from lerobot_lang_nodes import graph
 
 # Errors whose message already says what to do: log one line and exit, no traceback.
 STARTUP_ERRORS: tuple[type[BaseException], ...] = (ValueError, FileNotFoundError, LookupError,
@@ -48,6 +51,25 @@ def _raise_keyboard_interrupt(_signum: int, _frame: Any) -> None:
     raise KeyboardInterrupt
 
 
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_supervisor() -> None:
+    """Under `lerobot-lang`, get SIGTERM (a clean stop) if the supervisor dies, even by SIGKILL.
+
+    Without it a killed bring-up would leave its nodes running (and a driver holding torque).
+    """
+    supervisor = os.environ.get(graph.SUPERVISOR_PID_ENV)
+    if not supervisor or not sys.platform.startswith('linux'):
+        return
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0) != 0:
+        return
+    if os.getppid() != int(supervisor):  # it died before prctl took effect
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
 def run(factory: Callable[[], Any], args: list[str] | None = None, *, threads: int = 4,
         name: str = 'node') -> int:
     """Create the node with ``factory`` and spin it until Ctrl-C or shutdown.
@@ -63,6 +85,7 @@ def run(factory: Callable[[], Any], args: list[str] | None = None, *, threads: i
     # A shell's `cmd &` starts children with SIGINT ignored; a node (a driver that must drop
     # torque) still has to stop on SIGINT from its supervisor, so take the default back.
     signal.signal(signal.SIGINT, _raise_keyboard_interrupt)
+    _die_with_supervisor()
     node = None
     executor = None
     # Attached before the node exists, so what the core logs while the node starts (loading a

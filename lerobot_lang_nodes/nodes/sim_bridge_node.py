@@ -22,10 +22,9 @@ from std_msgs.msg import String
 from std_srvs.srv import Trigger
 
 from lerobot_lang_msgs.msg import ActionChunk, LanguageContext, RuntimeStatus, TaskOutcome
-from lerobot_lang_nodes.core.errors import InvalidChunk
-from lerobot_lang_nodes.core.executor import ChunkExecutor, ExecutorConfig
 from lerobot_lang_nodes.core.safety import SafetyLimits
 from lerobot_lang_nodes.nodes import convert, qos, runner
+from lerobot_lang_nodes.nodes.execution import ExecutionParams, make_executor, submit_chunk_msg
 from lerobot_lang_nodes.nodes.params import declare_config, reject_unknown_parameters
 
 # RoboCasa's convention, kept so seeds mean the same across simulators.
@@ -33,8 +32,8 @@ RESET_SEED_STRIDE = 1000
 
 
 @dataclass(frozen=True)
-class SimBridgeConfig:
-    """Parameters of the sim_bridge node."""
+class SimBridgeConfig(ExecutionParams):
+    """Parameters of the sim_bridge node (plus the executor's, shared with the driver)."""
 
     seed: int = field(default=0, metadata={
         'doc': 'Layout seed of the first episode; reset k uses seed + 1000 * k.'})
@@ -53,27 +52,6 @@ class SimBridgeConfig:
     camera_hz: float = field(default=10.0, metadata={
         'doc': 'Image publish rate (sim Hz); each frame costs ~10-40 ms of CPU per camera.',
         'range': (0.1, 60.0)})
-    status_hz: float = field(default=5.0, metadata={
-        'doc': 'runtime_status, ground truth and task outcome rate (sim Hz).',
-        'range': (0.1, 100.0)})
-    max_relative_target_rad: float = field(default=0.35, metadata={
-        'doc': 'Clamp every goal to within this of the present joint position (rad); 0 '
-               'disables. Same rule as the real driver.', 'range': (0.0, 10.0)})
-    reject_margin_rad: float = field(default=0.5, metadata={
-        'doc': 'Chunks with values further than this outside the joint limits are rejected '
-               'as invalid (degrees sent as radians, garbage); values inside the margin are '
-               'clamped to the limits.', 'range': (0.0, 10.0)})
-    refill_fraction: float = field(default=0.5, metadata={
-        'doc': 'Report needs_refill when the queue is below this fraction of the last chunk.',
-        'range': (0.0, 1.0)})
-    replace: str = field(default='tail', metadata={
-        'doc': 'What a new chunk of the same revision does to the queued tail.',
-        'choices': ('tail', 'blend', 'append')})
-    time_align: bool = field(default=True, metadata={
-        'doc': 'Skip the actions of a new chunk whose time (observation stamp + i * period) '
-               'has already passed.'})
-    start_paused: bool = field(default=False, metadata={
-        'doc': 'Start in paused mode (the real driver always does).'})
     dispatch_log_path: str = field(default='', metadata={
         'doc': 'JSON-lines file recording every dispatched action; empty disables.'})
     default_task: str = field(default='put the red cube in the bowl', metadata={
@@ -97,19 +75,13 @@ class SimBridgeNode(Node):
         lower, upper = self.scene.joint_limits()
         self.safety = SafetyLimits(lower=lower, upper=upper,
                                    max_relative=self.cfg.max_relative_target_rad or None)
-        margin = self.cfg.reject_margin_rad
         self._dispatch_log = None
         if self.cfg.dispatch_log_path:
             path = Path(self.cfg.dispatch_log_path)
             path.parent.mkdir(parents=True, exist_ok=True)
             self._dispatch_log = path.open('a', buffering=1)
-        self.chunk_executor = ChunkExecutor(
-            ExecutorConfig(action_names=self.joint_names, ctrl_hz=self.cfg.ctrl_hz,
-                           lower_limits=(lower - margin).tolist(),
-                           upper_limits=(upper + margin).tolist(),
-                           refill_fraction=self.cfg.refill_fraction, replace=self.cfg.replace,
-                           time_align=self.cfg.time_align, start_paused=self.cfg.start_paused),
-            on_dispatch=self._on_dispatch)
+        self.chunk_executor = make_executor(self.cfg, self.joint_names, self.cfg.ctrl_hz,
+                                            lower, upper, on_dispatch=self._on_dispatch)
         self._reset_count = 0
         self._reset_request: threading.Event | None = None
         self._reset_done = threading.Event()
@@ -149,16 +121,7 @@ class SimBridgeNode(Node):
 
     # --- inputs -------------------------------------------------------------------------
     def _on_chunk(self, msg: ActionChunk) -> None:
-        try:
-            chunk = convert.chunk_from_msg(msg)
-        except InvalidChunk as exc:
-            self.chunk_executor.record_invalid(f'chunk {msg.sequence}: {exc}')
-            return
-        result = self.chunk_executor.submit(chunk, self.scene.sim_time)
-        if not result.accepted:
-            self.get_logger().warning(f'chunk {msg.sequence} (rev {msg.context_revision}) '
-                                      f'{result.kind}: {result.reason}',
-                                      throttle_duration_sec=2.0)
+        submit_chunk_msg(self, self.chunk_executor, msg, self.scene.sim_time)
 
     def _on_task(self, msg: String) -> None:
         from lerobot_lang_nodes.sim import tasks

@@ -29,9 +29,9 @@ from sensor_msgs.msg import JointState
 from std_srvs.srv import Trigger
 
 from lerobot_lang_msgs.msg import ActionChunk, LanguageContext, RuntimeStatus
-from lerobot_lang_nodes.core.errors import InvalidChunk
-from lerobot_lang_nodes.core.executor import ChunkExecutor, ExecutorConfig
+from lerobot_lang_nodes.core.executor import ChunkExecutor
 from lerobot_lang_nodes.nodes import convert, qos, runner
+from lerobot_lang_nodes.nodes.execution import ExecutionParams, make_executor, submit_chunk_msg
 from lerobot_lang_nodes.nodes.params import (declare_config, ParameterError,
                                              reject_unknown_parameters)
 from lerobot_lang_nodes.so101 import protocol
@@ -46,8 +46,8 @@ _WARN_BITS = int(protocol.ErrorBit.VOLTAGE | protocol.ErrorBit.ANGLE)
 
 
 @dataclass(frozen=True)
-class So101DriverConfig:
-    """Parameters of the so101_driver node."""
+class So101DriverConfig(ExecutionParams):
+    """Parameters of the so101_driver node (plus the executor's, shared with sim_bridge)."""
 
     port: str = field(default='', metadata={
         'doc': 'Serial device of the arm, e.g. /dev/serial/by-id/usb-... or the emulator '
@@ -61,9 +61,6 @@ class So101DriverConfig:
     ctrl_hz: float = field(default=30.0, metadata={
         'doc': 'Control rate: one read, one executor tick and at most one goal write (Hz).',
         'range': (1.0, 200.0)})
-    max_relative_target_rad: float = field(default=0.35, metadata={
-        'doc': 'Clamp every goal to within this of the freshly read present position (rad); '
-               '0 disables.', 'range': (0.0, 10.0)})
     max_relative_target_per_joint_rad: tuple[float, ...] = field(
         default=(0.0,) * len(JOINT_NAMES), metadata={
             'doc': 'Per-joint override of max_relative_target_rad in the order '
@@ -85,20 +82,6 @@ class So101DriverConfig:
         'range': (0.05, 60.0)})
     disable_torque_on_shutdown: bool = field(default=True, metadata={
         'doc': 'Torque off on cleanup, shutdown, error and process exit (LeRobot default).'})
-    reject_margin_rad: float = field(default=0.5, metadata={
-        'doc': 'Chunks with values further than this outside the calibrated range are '
-               'rejected as invalid; values inside the margin are clamped.',
-        'range': (0.0, 10.0)})
-    refill_fraction: float = field(default=0.5, metadata={
-        'doc': 'Report needs_refill when the queue is below this fraction of the last chunk.',
-        'range': (0.0, 1.0)})
-    replace: str = field(default='tail', metadata={
-        'doc': 'What a new chunk of the same revision does to the queued tail.',
-        'choices': ('tail', 'blend', 'append')})
-    time_align: bool = field(default=True, metadata={
-        'doc': 'Skip the actions of a new chunk whose time has already passed.'})
-    status_hz: float = field(default=5.0, metadata={'doc': 'runtime_status rate (Hz).',
-                                                    'range': (0.1, 100.0)})
     diagnostics_hz: float = field(default=2.0, metadata={'doc': 'diagnostics rate (Hz).',
                                                          'range': (0.1, 50.0)})
     timeout_margin_ms: float = field(default=20.0, metadata={
@@ -172,13 +155,8 @@ class So101DriverNode(LifecycleNode):
     def _make_executor(self) -> ChunkExecutor:
         from lerobot_lang_nodes.so101.units import JointConverter
         units = JointConverter(self.calibration)
-        m = self.cfg.reject_margin_rad
-        return ChunkExecutor(ExecutorConfig(
-            action_names=self.joint_names, ctrl_hz=self.cfg.ctrl_hz,
-            lower_limits=(units.lower_rad - m).tolist(),
-            upper_limits=(units.upper_rad + m).tolist(),
-            refill_fraction=self.cfg.refill_fraction, replace=self.cfg.replace,
-            time_align=self.cfg.time_align, start_paused=self.cfg.start_paused))
+        return make_executor(self.cfg, self.joint_names, self.cfg.ctrl_hz, units.lower_rad,
+                             units.upper_rad)
 
     def _now(self) -> float:
         return self.get_clock().now().nanoseconds * 1e-9
@@ -275,20 +253,9 @@ class So101DriverNode(LifecycleNode):
 
     # --- inputs ---------------------------------------------------------------------------
     def _on_chunk(self, msg: ActionChunk) -> None:
-        try:
-            chunk = convert.chunk_from_msg(msg)
-        except InvalidChunk as exc:
-            self.chunk_executor.record_invalid(str(exc))
-            self.get_logger().warning(f'chunk {msg.sequence} rejected as malformed: {exc}',
-                                      throttle_duration_sec=2.0)
-            return
         # While faulted, disconnected or inactive the executor is paused, so submit() counts
         # the chunk as stale ('paused'): motion is refused without a special case here.
-        result = self.chunk_executor.submit(chunk, self._now())
-        if not result.accepted:
-            self.get_logger().warning(f'chunk {msg.sequence} (rev {msg.context_revision}) '
-                                      f'{result.kind}: {result.reason}',
-                                      throttle_duration_sec=2.0)
+        submit_chunk_msg(self, self.chunk_executor, msg, self._now())
 
     def _on_context(self, msg: LanguageContext) -> None:
         self.chunk_executor.set_revision(int(msg.revision))

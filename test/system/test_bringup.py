@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from lerobot_lang_nodes.testing import wait_until
+from lerobot_lang_nodes.testing import child_pids, process_gone, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -30,18 +30,6 @@ def test_lerobot_lang_sim_completes_the_default_task():
     assert log.rstrip().endswith('[lerobot-lang] stopped')
 
 
-def _children(pid: int) -> list[int]:
-    kids = []
-    for stat in Path('/proc').glob('[0-9]*/stat'):
-        try:
-            fields = stat.read_text().rsplit(')', 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if int(fields[1]) == pid:
-            kids.append(int(stat.parent.name))
-    return kids
-
-
 def test_ctrl_c_stops_every_node_cleanly(tmp_path):
     log = tmp_path / 'sim.log'
     with log.open('w') as out:
@@ -52,7 +40,7 @@ def test_ctrl_c_stops_every_node_cleanly(tmp_path):
         wait_until(lambda: all(f'{n} ready' in log.read_text()
                                for n in ('sim_bridge', 'planner', 'policy')), 120.0,
                    'every node to report ready')
-        kids = _children(proc.pid)
+        kids = child_pids(proc.pid)
         assert len(kids) == 3, kids  # sim_bridge, planner, policy
         proc.send_signal(signal.SIGINT)  # what a terminal's Ctrl-C sends to the supervisor
         assert proc.wait(timeout=60) == 0, log.read_text()[-3000:]
@@ -62,7 +50,7 @@ def test_ctrl_c_stops_every_node_cleanly(tmp_path):
     text = log.read_text()
     assert 'Traceback' not in text and 'killing pid' not in text, text[-3000:]
     assert text.rstrip().endswith('[lerobot-lang] stopped')
-    assert not [k for k in kids if Path(f'/proc/{k}').exists()], 'a node outlived the bring-up'
+    assert all(process_gone(k) for k in kids), 'a node outlived the bring-up'
 
 
 def test_a_dead_required_node_stops_the_graph_with_an_error(tmp_path):
@@ -73,7 +61,7 @@ def test_a_dead_required_node_stops_the_graph_with_an_error(tmp_path):
                                 stderr=subprocess.STDOUT, start_new_session=True)
     try:
         wait_until(lambda: 'policy ready' in log.read_text(), 120.0, 'the policy to start')
-        policy = [k for k in _children(proc.pid)
+        policy = [k for k in child_pids(proc.pid)
                   if b'policy_node' in Path(f'/proc/{k}/cmdline').read_bytes()]
         assert len(policy) == 1
         os.kill(policy[0], signal.SIGKILL)  # a crash, not a clean stop
@@ -84,3 +72,26 @@ def test_a_dead_required_node_stops_the_graph_with_an_error(tmp_path):
     text = log.read_text()
     assert '[lerobot-lang] required node policy exited with code -9; stopping the graph' in text
     assert text.rstrip().endswith('[lerobot-lang] stopped')
+
+
+def test_a_killed_bring_up_leaves_no_node_behind(tmp_path):
+    log = tmp_path / 'sim.log'
+    with log.open('w') as out:
+        proc = subprocess.Popen([sys.executable, '-m', 'lerobot_lang_nodes.cli.main', 'sim',
+                                 '--no-viewer', '--timeout', '240'], stdout=out,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+    kids: list[int] = []
+    try:
+        wait_until(lambda: all(f'{n} ready' in log.read_text()
+                               for n in ('sim_bridge', 'planner', 'policy')), 120.0,
+                   'every node to report ready')
+        kids = child_pids(proc.pid)
+        assert len(kids) == 3, kids
+        proc.kill()  # no chance to stop its nodes itself
+        proc.wait(timeout=10)
+        # The kernel sends each node SIGTERM (parent-death signal): they stop cleanly.
+        wait_until(lambda: all(process_gone(k) for k in kids), 30.0, 'every node gone')
+    finally:
+        for pid in kids:
+            if not process_gone(pid):
+                os.kill(pid, signal.SIGKILL)

@@ -24,30 +24,10 @@ from lerobot_lang_nodes import paths
 from lerobot_lang_nodes.nodes import qos
 from lerobot_lang_nodes.so101.calibration import JOINT_NAMES, MotorCalibration, save_calibration
 from lerobot_lang_nodes.so101.emulator import ServoBusEmulator
-from lerobot_lang_nodes.testing import wait_until
+from lerobot_lang_nodes.testing import child_pids, process_gone, wait_until
 
 CAMERAS = ('front', 'wrist')
 WAIT_S = 30.0  # five node processes starting on two loaded cores
-
-
-def _children(pid: int) -> list[int]:
-    kids = []
-    for stat in Path('/proc').glob('[0-9]*/stat'):
-        try:
-            fields = stat.read_text().rsplit(')', 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if int(fields[1]) == pid:
-            kids.append(int(stat.parent.name))
-    return kids
-
-
-def _gone(pid: int) -> bool:
-    try:
-        state = Path(f'/proc/{pid}/stat').read_text().rsplit(')', 1)[1].split()[0]
-    except (OSError, IndexError):
-        return True
-    return state == 'Z'  # exited, waiting to be reaped by its (new) parent
 
 
 def _write_robot_yaml(tmp: Path, port: Path, calibration: Path) -> Path:
@@ -102,19 +82,23 @@ def test_real_bringup_against_the_emulator(tmp_path, probe) -> None:
         status.wait_for(lambda s: s.mode == 'action', timeout_s=WAIT_S,
                         what='runtime_status in mode action after /resume')
         # driver, front_camera, wrist_camera, planner, policy (no viewer)
-        kids = wait(lambda: [k for k in [_children(proc.pid)] if len(k) == 5],
+        kids = wait(lambda: [k for k in [child_pids(proc.pid)] if len(k) == 5],
                     'five node processes')[0]
         proc.send_signal(signal.SIGINT)  # a terminal's Ctrl-C reaches only the supervisor
         assert proc.wait(timeout=WAIT_S) == 0, log.read_text()[-4000:]
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(timeout=10)
+        if proc.poll() is None:  # an assertion failed first: stop it as an operator would
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()  # its nodes get SIGTERM from the kernel (parent-death signal)
+                proc.wait(timeout=10)
         for pid in kids:  # never leave a node behind, even when an assertion failed
-            if not _gone(pid):
+            if not process_gone(pid):
                 os.kill(pid, signal.SIGKILL)
         emu.stop()
-    wait_until(lambda: all(_gone(k) for k in kids), 10.0, 'every node process gone')
+    wait_until(lambda: all(process_gone(k) for k in kids), 10.0, 'every node process gone')
     text = log.read_text()
     assert 'Traceback' not in text and 'killing pid' not in text, text[-4000:]
     assert text.rstrip().endswith('[lerobot-lang] stopped'), text[-2000:]

@@ -1,0 +1,66 @@
+"""What every chunk-executing node (sim_bridge, so101_driver) shares: parameters and intake."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from lerobot_lang_msgs.msg import ActionChunk
+from lerobot_lang_nodes.core.errors import InvalidChunk
+from lerobot_lang_nodes.core.executor import ChunkExecutor, ExecutorConfig
+from lerobot_lang_nodes.nodes import convert
+
+
+@dataclass(frozen=True)
+class ExecutionParams:
+    """Executor and safety parameters, the same on the simulator and the real arm."""
+
+    max_relative_target_rad: float = field(default=0.35, metadata={
+        'doc': 'Clamp every goal to within this of the freshly read present joint position '
+               '(rad); 0 disables. The simulator applies the same rule as the driver.',
+        'range': (0.0, 10.0)})
+    reject_margin_rad: float = field(default=0.5, metadata={
+        'doc': 'Chunks with values further than this outside the joint limits are rejected '
+               'as invalid (degrees sent as radians, garbage); values inside the margin are '
+               'clamped to the limits.', 'range': (0.0, 10.0)})
+    refill_fraction: float = field(default=0.5, metadata={
+        'doc': 'Report needs_refill when the queue is below this fraction of the last chunk.',
+        'range': (0.0, 1.0)})
+    replace: str = field(default='tail', metadata={
+        'doc': 'What a new chunk of the same revision does to the queued tail.',
+        'choices': ('tail', 'blend', 'append')})
+    time_align: bool = field(default=True, metadata={
+        'doc': 'Skip the actions of a new chunk whose time (observation stamp + i * period) '
+               'has already passed.'})
+    start_paused: bool = field(default=False, metadata={
+        'doc': 'Start in paused mode: nothing moves before the resume service is called.'})
+    status_hz: float = field(default=5.0, metadata={
+        'doc': 'runtime_status rate (Hz); also sent at once when the queue crosses the refill '
+               'threshold.', 'range': (0.1, 100.0)})
+
+
+def make_executor(params: ExecutionParams, action_names: tuple[str, ...], ctrl_hz: float,
+                  lower: np.ndarray, upper: np.ndarray, **kw: Any) -> ChunkExecutor:
+    """A ChunkExecutor that rejects values beyond the joint limits by ``reject_margin_rad``."""
+    margin = params.reject_margin_rad
+    return ChunkExecutor(ExecutorConfig(
+        action_names=tuple(action_names), ctrl_hz=ctrl_hz,
+        lower_limits=(np.asarray(lower) - margin).tolist(),
+        upper_limits=(np.asarray(upper) + margin).tolist(),
+        refill_fraction=params.refill_fraction, replace=params.replace,
+        time_align=params.time_align, start_paused=params.start_paused), **kw)
+
+
+def submit_chunk_msg(node: Any, executor: ChunkExecutor, msg: ActionChunk, now_s: float) -> None:
+    """Hand an ActionChunk message to the executor; bad chunks are counted and logged."""
+    try:
+        chunk = convert.chunk_from_msg(msg)
+    except InvalidChunk as exc:  # sizes that disagree: no Chunk can even be built
+        executor.record_invalid(f'chunk {msg.sequence}: {exc}')
+        return
+    result = executor.submit(chunk, now_s)
+    if not result.accepted:
+        node.get_logger().warning(f'chunk {msg.sequence} (rev {msg.context_revision}) '
+                                  f'{result.kind}: {result.reason}', throttle_duration_sec=2.0)
