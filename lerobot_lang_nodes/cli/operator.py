@@ -10,6 +10,8 @@ import time
 from lerobot_lang_nodes import dds
 
 DISCOVERY_TIMEOUT_S = 10.0
+# Nodes that must have received a message before the command may exit.
+CONSUMERS = {'task': {'planner', 'policy'}, 'interjection': {'planner'}}
 
 
 def add_arguments(command: str, parser: argparse.ArgumentParser) -> None:
@@ -56,10 +58,24 @@ def _spin_until(node, predicate, timeout_s: float) -> bool:
 def _publish_string(node, topic: str, text: str, qos, timeout_s: float) -> int:
     from std_msgs.msg import String
     pub = node.create_publisher(String, topic, qos)
-    if not _spin_until(node, lambda: pub.get_subscription_count() > 0, timeout_s):
-        print(f'error: nobody subscribes to {topic} (is the graph running in ROS_DOMAIN_ID='
-              f"{os.environ.get('ROS_DOMAIN_ID')}?)", file=sys.stderr)
-        return 2
+    full = node.resolve_topic_name(topic)
+
+    def every_known_subscriber_matched() -> bool:
+        # The process exits right after the acknowledgement, so a subscriber matched later
+        # would never get the message: wait for the planner, and for every subscriber the
+        # graph knows of (e.g. the simulator also listens to /task) to be matched.
+        infos = node.get_subscriptions_info_by_topic(full)
+        names = {i.node_name for i in infos}
+        return (bool(infos) and pub.get_subscription_count() >= len(infos)
+                and bool(names & CONSUMERS.get(topic.rsplit('/', 1)[-1], names)))
+
+    if not _spin_until(node, every_known_subscriber_matched, timeout_s):
+        if pub.get_subscription_count() == 0:
+            print(f'error: nobody subscribes to {topic} (is the graph running in '
+                  f"ROS_DOMAIN_ID={os.environ.get('ROS_DOMAIN_ID')}?)", file=sys.stderr)
+            return 2
+        print(f'warning: {topic}: the planner (or policy) was not seen; sending anyway',
+              file=sys.stderr)
     pub.publish(String(data=text))
     if not pub.wait_for_all_acked(rclpy_duration(timeout_s)):
         print(f'error: {topic} message not acknowledged within {timeout_s} s', file=sys.stderr)

@@ -11,6 +11,8 @@ from typing import Any
 
 import numpy as np
 
+from lerobot_lang_nodes.core.safety import SafetyLimits
+
 from lerobot_lang_nodes.so101 import protocol
 from lerobot_lang_nodes.so101.bus import (
     DEFAULT_RETRIES,
@@ -170,6 +172,10 @@ class So101Robot:
         self._max_step = (None if lim is None else np.array(
             [lim.get(j, np.inf) if isinstance(lim, Mapping) else lim for j in JOINT_NAMES],
             dtype=float))
+        # The same rule as the simulator's: calibrated range, then the step bound around the
+        # present position (which wins, so a joint outside its range is walked back).
+        self.safety = SafetyLimits(lower=self.units.lower_rad, upper=self.units.upper_rad,
+                                   max_relative=self._max_step)
 
     # ---- connection ----------------------------------------------------------------------
 
@@ -402,21 +408,23 @@ class So101Robot:
             self.counters['refused'] += 1
             raise MotionRefused(f'goal {positions_rad!r} rejected; expected {len(JOINT_NAMES)} '
                                 f'finite radians in the order {list(JOINT_NAMES)}')
+        within = np.clip(goal, self.units.lower_rad, self.units.upper_rad)
+        if not np.array_equal(within, goal):
+            self.counters['limit_clamps'] += 1
+            logger.debug('joint limits clamped goal %s -> %s', goal, within)
+        safe = within
         if self._max_step is not None:
             present = self.units.radians_from_steps(self._fresh_present_steps())
             if self.fault is not None:  # the fresh read may itself have latched a fault
                 self.counters['refused'] += 1
                 raise FaultLatched(f'motion refused: {self.fault.describe()}; call reset()')
-            limited = present + np.clip(goal - present, -self._max_step, self._max_step)
-            if not np.array_equal(limited, goal):
+            safe = self.safety.apply(goal, present)
+            if not np.array_equal(safe, within):
                 self.counters['relative_clamps'] += 1
-                logger.debug('max_relative_target clamped goal %s -> %s', goal, limited)
-            goal = limited
-        steps = self.units.steps_from_radians(goal)
-        clamped = np.clip(steps, self.units.min_steps, self.units.max_steps)
-        if not np.array_equal(clamped, steps):
-            self.counters['limit_clamps'] += 1
-            logger.debug('joint limits clamped goal steps %s -> %s', steps, clamped)
+                logger.debug('max_relative_target clamped goal %s -> %s', within, safe)
+        # Rounding to steps can land half a step past the range: clip the integers too.
+        clamped = np.clip(self.units.steps_from_radians(safe), self.units.min_steps,
+                          self.units.max_steps)
         self._write_steps(clamped)
         return self.units.radians_from_steps(clamped)
 

@@ -74,6 +74,18 @@ def test_a_dead_required_node_stops_the_graph_with_an_error(tmp_path):
     assert text.rstrip().endswith('[lerobot-lang] stopped')
 
 
+def _describe(pid: int) -> str:
+    proc = Path(f'/proc/{pid}')
+    try:
+        cmd = proc.joinpath('cmdline').read_bytes().replace(b'\0', b' ').decode()[:120]
+        status = {line.split(':')[0]: line.split(':', 1)[1].strip()
+                  for line in proc.joinpath('status').read_text().splitlines() if ':' in line}
+        return (f"{cmd} state={status.get('State')} ppid={status.get('PPid')} "
+                f"sigcgt={status.get('SigCgt')} sigign={status.get('SigIgn')}")
+    except OSError as exc:
+        return str(exc)
+
+
 def test_a_killed_bring_up_leaves_no_node_behind(tmp_path):
     log = tmp_path / 'sim.log'
     with log.open('w') as out:
@@ -90,7 +102,11 @@ def test_a_killed_bring_up_leaves_no_node_behind(tmp_path):
         proc.kill()  # no chance to stop its nodes itself
         proc.wait(timeout=10)
         # The kernel sends each node SIGTERM (parent-death signal): they stop cleanly.
-        wait_until(lambda: all(process_gone(k) for k in kids), 30.0, 'every node gone')
+        try:
+            wait_until(lambda: all(process_gone(k) for k in kids), 60.0, 'every node gone')
+        except AssertionError:
+            left = {k: _describe(k) for k in kids if not process_gone(k)}
+            raise AssertionError(f'nodes still running: {left}\n{log.read_text()[-3000:]}')
     finally:
         for pid in kids:
             if not process_gone(pid):
