@@ -1,4 +1,4 @@
-"""Test session set-up: DDS kept on loopback in a private domain; node-process and probe fixtures."""
+"""Test session set-up: DDS on loopback in a private domain; node-process and probe fixtures."""
 
 from __future__ import annotations
 

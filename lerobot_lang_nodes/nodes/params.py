@@ -54,7 +54,8 @@ def describe(cls: type) -> list[dict[str, Any]]:
     rows = []
     for f in dataclasses.fields(cls):
         default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
-        rows.append({'name': f.name, 'type': getattr(hints[f.name], '__name__', str(hints[f.name])),
+        hint = hints[f.name]
+        rows.append({'name': f.name, 'type': getattr(hint, '__name__', str(hint)),
                      'default': default, 'doc': f.metadata.get('doc', '')})
     return rows
 
