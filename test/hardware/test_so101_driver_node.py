@@ -183,24 +183,33 @@ def test_starts_paused_and_moves_only_after_resume(arm: Rig) -> None:
 def test_max_relative_target_clamps_against_present(arm: Rig) -> None:
     assert arm.call('resume').success
     before = arm.present()
+    sent_at = time.monotonic()
     arm.send(arm.hold_chunk(1.0, horizon=1))  # 1 rad > MAX_REL
     clamped = before + MAX_REL / RAD_PER_STEP
-    arm.wait(lambda: arm.goal() != before, 'a goal write')
-    assert abs(arm.goal() - clamped) <= 2, (arm.goal(), clamped)
-    assert abs(arm.goal() - (before + 1.0 / RAD_PER_STEP)) > 100
+    # (The settled goal may differ from present by a step, so wait for the clamped value.)
+    arm.wait(lambda: abs(arm.goal() - clamped) <= 2, 'the goal clamped to present + MAX_REL')
+    arm.barrier()
+    assert abs(arm.goal() - clamped) <= 2, (arm.goal(), clamped)  # and never further
+    assert max(w.goal for w in arm.emu.goal_writes()
+               if w.servo_id == PAN and w.stamp >= sent_at) <= clamped + 2
 
 
 def test_watchdog_holds_present_position(arm: Rig) -> None:
     before = arm.present()
     arm.emu.set_register(PAN, 'Max_Position_Limit', before + 30)  # an obstacle
-    holds = int(arm.arm_values()['watchdog_holds'])
     assert arm.call('resume').success
     arm.send(arm.hold_chunk(0.15, horizon=3))
     target = before + 0.15 / RAD_PER_STEP
     arm.wait(lambda: abs(arm.goal() - target) <= 2, 'the goal beyond the obstacle')
+    # Counted from here: on a loaded machine the chunk can arrive after an earlier hold.
+    holds = int(arm.arm_values()['watchdog_holds'])
     arm.wait(lambda: int(arm.arm_values()['watchdog_holds']) > holds, 'a watchdog hold',
              timeout_s=WATCHDOG_S + WAIT_S)
-    assert abs(arm.goal() - arm.present()) <= 2, 'watchdog did not set goal := present'
+    # The diagnostics thread may report the hold a moment before the control thread's write
+    # of goal := present reaches the bus: wait for the register, then check it stays.
+    arm.wait(lambda: abs(arm.goal() - arm.present()) <= 2, 'the watchdog setting goal := present')
+    arm.barrier()
+    assert abs(arm.goal() - arm.present()) <= 2, 'watchdog did not keep goal := present'
     assert abs(arm.present() - (before + 30)) <= 2
 
 
