@@ -30,7 +30,9 @@ def test_lerobot_lang_sim_completes_the_default_task():
     assert log.rstrip().endswith('[lerobot-lang] stopped')
 
 
-def test_ctrl_c_stops_every_node_cleanly(tmp_path):
+@pytest.fixture
+def sim_bringup(tmp_path):
+    """`lerobot-lang sim --no-viewer` in its own session, once every node reported ready."""
     log = tmp_path / 'sim.log'
     with log.open('w') as out:
         proc = subprocess.Popen([sys.executable, '-m', 'lerobot_lang_nodes.cli.main', 'sim',
@@ -40,35 +42,35 @@ def test_ctrl_c_stops_every_node_cleanly(tmp_path):
         wait_until(lambda: all(f'{n} ready' in log.read_text()
                                for n in ('sim_bridge', 'planner', 'policy')), 120.0,
                    'every node to report ready')
-        kids = child_pids(proc.pid)
-        assert len(kids) == 3, kids  # sim_bridge, planner, policy
-        proc.send_signal(signal.SIGINT)  # what a terminal's Ctrl-C sends to the supervisor
-        assert proc.wait(timeout=60) == 0, log.read_text()[-3000:]
+        yield proc, log
     finally:
-        if proc.poll() is None:
-            proc.kill()
+        if proc.poll() is None:  # a test failed first: stop it as an operator would
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+def test_ctrl_c_stops_every_node_cleanly(sim_bringup):
+    proc, log = sim_bringup
+    kids = child_pids(proc.pid)
+    assert len(kids) == 3, kids  # sim_bridge, planner, policy
+    proc.send_signal(signal.SIGINT)  # what a terminal's Ctrl-C sends to the supervisor
+    assert proc.wait(timeout=60) == 0, log.read_text()[-3000:]
     text = log.read_text()
     assert 'Traceback' not in text and 'killing pid' not in text, text[-3000:]
     assert text.rstrip().endswith('[lerobot-lang] stopped')
     assert all(process_gone(k) for k in kids), 'a node outlived the bring-up'
 
 
-def test_a_dead_required_node_stops_the_graph_with_an_error(tmp_path):
-    log = tmp_path / 'sim.log'
-    with log.open('w') as out:
-        proc = subprocess.Popen([sys.executable, '-m', 'lerobot_lang_nodes.cli.main', 'sim',
-                                 '--no-viewer', '--timeout', '240'], stdout=out,
-                                stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        wait_until(lambda: 'policy ready' in log.read_text(), 120.0, 'the policy to start')
-        policy = [k for k in child_pids(proc.pid)
-                  if b'policy_node' in Path(f'/proc/{k}/cmdline').read_bytes()]
-        assert len(policy) == 1
-        os.kill(policy[0], signal.SIGKILL)  # a crash, not a clean stop
-        assert proc.wait(timeout=60) == 1
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+def test_a_dead_required_node_stops_the_graph_with_an_error(sim_bringup):
+    proc, log = sim_bringup
+    policy = [k for k in child_pids(proc.pid)
+              if b'policy_node' in Path(f'/proc/{k}/cmdline').read_bytes()]
+    assert len(policy) == 1
+    os.kill(policy[0], signal.SIGKILL)  # a crash, not a clean stop
+    assert proc.wait(timeout=60) == 1
     text = log.read_text()
     assert '[lerobot-lang] required node policy exited with code -9; stopping the graph' in text
     assert text.rstrip().endswith('[lerobot-lang] stopped')
@@ -86,19 +88,11 @@ def _describe(pid: int) -> str:
         return str(exc)
 
 
-def test_a_killed_bring_up_leaves_no_node_behind(tmp_path):
-    log = tmp_path / 'sim.log'
-    with log.open('w') as out:
-        proc = subprocess.Popen([sys.executable, '-m', 'lerobot_lang_nodes.cli.main', 'sim',
-                                 '--no-viewer', '--timeout', '240'], stdout=out,
-                                stderr=subprocess.STDOUT, start_new_session=True)
-    kids: list[int] = []
+def test_a_killed_bring_up_leaves_no_node_behind(sim_bringup):
+    proc, log = sim_bringup
+    kids = child_pids(proc.pid)
+    assert len(kids) == 3, kids
     try:
-        wait_until(lambda: all(f'{n} ready' in log.read_text()
-                               for n in ('sim_bridge', 'planner', 'policy')), 120.0,
-                   'every node to report ready')
-        kids = child_pids(proc.pid)
-        assert len(kids) == 3, kids
         proc.kill()  # no chance to stop its nodes itself
         proc.wait(timeout=10)
         # The kernel sends each node SIGTERM (parent-death signal): they stop cleanly.
