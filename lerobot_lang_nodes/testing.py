@@ -120,6 +120,18 @@ def wait_until(predicate: Callable[[], Any], timeout_s: float, what: str,
         time.sleep(poll_s)
 
 
+def stop_popen(proc: subprocess.Popen, timeout_s: float) -> None:
+    """Stop a still-running process as an operator would: SIGINT, SIGKILL after ``timeout_s``."""
+    if proc.poll() is not None:
+        return
+    proc.send_signal(signal.SIGINT)
+    try:
+        proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()  # nodes under lerobot-lang still get SIGTERM (parent-death signal)
+        proc.wait(timeout=10.0)
+
+
 def child_pids(pid: int) -> list[int]:
     """PIDs of the direct children of ``pid`` (Linux /proc), e.g. a bring-up's nodes."""
     kids = []

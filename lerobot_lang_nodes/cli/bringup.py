@@ -110,7 +110,7 @@ def run(command: str, args: argparse.Namespace) -> int:
         for spec in _node_specs(command, args, cameras):
             argv = [sys.executable, '-m', spec.module, *graph.ros_args(spec, params_file)]
             procs.append(Supervised(spec, argv, env))
-        return _supervise(command, args, procs, stopping, _viewer_url(params_file))
+        return _supervise(args, procs, stopping, _viewer_url(params_file))
     finally:
         for p in procs:
             p.stop()
@@ -129,8 +129,8 @@ def _viewer_url(params_file: Path) -> str:
     return f"http://{'127.0.0.1' if host in ('0.0.0.0', '') else host}:{params.get('port', 8010)}/"
 
 
-def _supervise(command: str, args: argparse.Namespace, procs: list[Supervised],
-               stopping: threading.Event, viewer_url: str) -> int:
+def _supervise(args: argparse.Namespace, procs: list[Supervised], stopping: threading.Event,
+               viewer_url: str) -> int:
     import rclpy
     from std_msgs.msg import String
 

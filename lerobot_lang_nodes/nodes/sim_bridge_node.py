@@ -26,6 +26,7 @@ from lerobot_lang_nodes.core.safety import SafetyLimits
 from lerobot_lang_nodes.nodes import convert, qos, runner
 from lerobot_lang_nodes.nodes.execution import ExecutionParams, make_executor, submit_chunk_msg
 from lerobot_lang_nodes.nodes.params import declare_config, reject_unknown_parameters
+from lerobot_lang_nodes.sim import tasks  # text parsing only: no MuJoCo import
 
 # RoboCasa's convention, kept so seeds mean the same across simulators.
 RESET_SEED_STRIDE = 1000
@@ -124,7 +125,6 @@ class SimBridgeNode(Node):
         submit_chunk_msg(self, self.chunk_executor, msg, self.scene.sim_time)
 
     def _on_task(self, msg: String) -> None:
-        from lerobot_lang_nodes.sim import tasks
         with self._lock:
             if self._have_context:
                 return  # the planner's context (task or re-plan) decides
@@ -133,7 +133,6 @@ class SimBridgeNode(Node):
 
     def _on_context(self, msg: LanguageContext) -> None:
         self.chunk_executor.set_revision(int(msg.revision))
-        from lerobot_lang_nodes.sim import tasks
         plan_goal = tasks.parse_task(msg.plan) if msg.plan else None
         goal_text = msg.plan if plan_goal is not None else msg.task
         with self._lock:
@@ -200,7 +199,10 @@ class SimBridgeNode(Node):
                 refill = self.chunk_executor.needs_refill()
                 # Publish at once when the queue crosses the refill threshold, so the policy
                 # starts the next inference without waiting for the periodic status.
-                if tick % status_every == 0 or (refill and not last_refill):
+                if tick % status_every == 0:
+                    self._publish_status(now)
+                    self._publish_world(now)
+                elif refill and not last_refill:
                     self._publish_status(now)
                 last_refill = refill
                 tick += 1
@@ -238,6 +240,7 @@ class SimBridgeNode(Node):
         self.get_logger().info(f'scene reset #{self._reset_count}, seed {self.scene.seed}')
         # Publish the new world before answering, so no planner acts on the old layout.
         self._publish_status(self.scene.sim_time)
+        self._publish_world(self.scene.sim_time)
         request.set()
 
     def _publish_clock(self, now: float) -> None:
@@ -268,9 +271,11 @@ class SimBridgeNode(Node):
 
     def _publish_status(self, now: float) -> None:
         self._status_pub.publish(convert.status_to_msg(self.chunk_executor.status(), now))
+
+    def _publish_world(self, now: float) -> None:
+        """Ground truth and the goal's outcome (periodic; not on every refill edge)."""
         truth = self.scene.ground_truth()
         self._truth_pub.publish(String(data=json.dumps(truth)))
-        from lerobot_lang_nodes.sim import tasks
         with self._lock:
             goal, goal_text, revision = self._goal, self._goal_text, self._context_revision
         outcome = TaskOutcome(goal=goal_text, context_revision=revision,

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from lerobot_lang_nodes.testing import child_pids, process_gone, wait_until
+from lerobot_lang_nodes.testing import child_pids, process_gone, stop_popen, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -44,12 +44,7 @@ def sim_bringup(tmp_path):
                    'every node to report ready')
         yield proc, log
     finally:
-        if proc.poll() is None:  # a test failed first: stop it as an operator would
-            proc.send_signal(signal.SIGINT)
-            try:
-                proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+        stop_popen(proc, 60.0)  # only if a test failed first and left it running
 
 
 def test_ctrl_c_stops_every_node_cleanly(sim_bringup):

@@ -24,7 +24,7 @@ from lerobot_lang_nodes import paths
 from lerobot_lang_nodes.nodes import qos
 from lerobot_lang_nodes.so101.calibration import JOINT_NAMES, MotorCalibration, save_calibration
 from lerobot_lang_nodes.so101.emulator import ServoBusEmulator
-from lerobot_lang_nodes.testing import child_pids, process_gone, wait_until
+from lerobot_lang_nodes.testing import child_pids, process_gone, stop_popen, wait_until
 
 CAMERAS = ('front', 'wrist')
 WAIT_S = 30.0  # five node processes starting on two loaded cores
@@ -87,13 +87,7 @@ def test_real_bringup_against_the_emulator(tmp_path, probe) -> None:
         proc.send_signal(signal.SIGINT)  # a terminal's Ctrl-C reaches only the supervisor
         assert proc.wait(timeout=WAIT_S) == 0, log.read_text()[-4000:]
     finally:
-        if proc.poll() is None:  # an assertion failed first: stop it as an operator would
-            proc.send_signal(signal.SIGINT)
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()  # its nodes get SIGTERM from the kernel (parent-death signal)
-                proc.wait(timeout=10)
+        stop_popen(proc, 30.0)  # only if a test failed first and left it running
         for pid in kids:  # never leave a node behind, even when an assertion failed
             if not process_gone(pid):
                 os.kill(pid, signal.SIGKILL)
