@@ -62,10 +62,11 @@ class InterfacePeer(Node):
 
     def _run_task(self, goal_handle):
         subtasks = [f'step {i} of {goal_handle.request.task}' for i in range(3)]
-        # Feedback is a plain topic: publish only once the client's subscription is matched,
-        # or the first messages can be lost in discovery.
+        # Feedback is a volatile topic: publish only once both readers of the test (the
+        # action client's own and the test's raw subscription) are matched, or early
+        # messages are lost in discovery.
         deadline = time.monotonic() + 10.0
-        while self.count_subscribers('run_task/_action/feedback') < 1 and \
+        while self.count_subscribers('run_task/_action/feedback') < 2 and \
                 time.monotonic() < deadline:
             time.sleep(0.01)
         for i, subtask in enumerate(subtasks):
