@@ -16,6 +16,8 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from lerobot_lang_nodes.procs import kill_with_stacks
+
 logger = logging.getLogger(__name__)
 
 
@@ -61,10 +63,10 @@ class NodeProcess:
             try:
                 self.proc.wait(timeout=timeout_s)
             except subprocess.TimeoutExpired:
-                logger.warning('%s (pid %d) ignored SIGINT for %.0f s; killing it',
-                               self.name, self.pid, timeout_s)
-                self.proc.kill()
-                self.proc.wait(timeout=5.0)
+                logger.warning('%s (pid %d) ignored SIGINT for %.0f s; killing it (its log '
+                               'ends with the stacks of its threads)', self.name, self.pid,
+                               timeout_s)
+                kill_with_stacks(self.proc)
         self._log.close()
         return self.proc.returncode
 

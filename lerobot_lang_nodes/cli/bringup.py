@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 from lerobot_lang_nodes import dds, graph
+from lerobot_lang_nodes.procs import kill_with_stacks
 
 DEFAULT_SIM_TASK = 'put the red cube in the bowl'
 STOP_TIMEOUT_S = 10.0
@@ -61,10 +62,9 @@ class Supervised:
         try:
             self.proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
-            print(f'[lerobot-lang] {self.spec.name} ignored SIGINT; killing pid {self.proc.pid}',
-                  flush=True)
-            self.proc.kill()
-            self.proc.wait(timeout=5.0)
+            print(f'[lerobot-lang] {self.spec.name} ignored SIGINT; killing pid {self.proc.pid} '
+                  '(its thread stacks follow)', flush=True)
+            kill_with_stacks(self.proc)
         self._thread.join(timeout=2.0)
 
 

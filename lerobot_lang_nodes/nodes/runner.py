@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import faulthandler
 import logging
 import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -44,11 +46,18 @@ class RclpyLogHandler(logging.Handler):
 
 
 _interrupted = threading.Event()
+# While spinning, a signal only sets this flag: an exception raised at an arbitrary bytecode
+# of the main thread could leave an executor lock held and hang the shutdown that follows.
+_stop_requested = False
+_spinning = False
 
 
-def _raise_keyboard_interrupt(_signum: int, _frame: Any) -> None:
+def _on_stop_signal(_signum: int, _frame: Any) -> None:
+    global _stop_requested
     _interrupted.set()
-    raise KeyboardInterrupt
+    _stop_requested = True
+    if not _spinning:  # still building the node (loading a model): abort that
+        raise KeyboardInterrupt
 
 
 _PR_SET_PDEATHSIG = 1
@@ -70,6 +79,16 @@ def _die_with_supervisor() -> None:
         os.kill(os.getpid(), signal.SIGTERM)
 
 
+def _join_threads(timeout_s: float) -> list[threading.Thread]:
+    """Join the process's other non-daemon threads; return those still alive at the deadline."""
+    deadline = time.monotonic() + timeout_s
+    for thread in threading.enumerate():
+        if thread is not threading.current_thread() and not thread.daemon:
+            thread.join(max(0.0, deadline - time.monotonic()))
+    return [t for t in threading.enumerate()
+            if t is not threading.current_thread() and not t.daemon and t.is_alive()]
+
+
 def run(factory: Callable[[], Any], args: list[str] | None = None, *, threads: int = 4,
         name: str = 'node') -> int:
     """Create the node with ``factory`` and spin it until Ctrl-C or shutdown.
@@ -81,13 +100,18 @@ def run(factory: Callable[[], Any], args: list[str] | None = None, *, threads: i
     # SIGTERM here instead: close() runs while the context is still valid.
     rclpy.init(args=sys.argv if args is None else args,
                signal_handler_options=SignalHandlerOptions.NO)
-    signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
+    global _spinning, _stop_requested
+    _spinning = _stop_requested = False
+    signal.signal(signal.SIGTERM, _on_stop_signal)
     # A shell's `cmd &` starts children with SIGINT ignored; a node (a driver that must drop
     # torque) still has to stop on SIGINT from its supervisor, so take the default back.
-    signal.signal(signal.SIGINT, _raise_keyboard_interrupt)
+    signal.signal(signal.SIGINT, _on_stop_signal)
+    # `kill -USR1 <pid>` prints every thread's stack: how to see where a node is stuck.
+    faulthandler.register(signal.SIGUSR1, all_threads=True, chain=False)
     _die_with_supervisor()
     node = None
     executor = None
+    stuck: list[threading.Thread] = []
     # Attached before the node exists, so what the core logs while the node starts (loading a
     # model, writing a calibration) goes through ROS logging too.
     handler = RclpyLogHandler(rclpy.logging.get_logger(name))
@@ -108,10 +132,13 @@ def run(factory: Callable[[], Any], args: list[str] | None = None, *, threads: i
             return 2
         executor = MultiThreadedExecutor(num_threads=threads)
         executor.add_node(node)
+        _spinning = True
+        if _stop_requested:  # the signal came between the node's creation and here
+            return 0
         try:
-            # spin_once with a timeout, not spin(): Python runs the SIGINT handler only when
+            # spin_once with a timeout, not spin(): Python runs the signal handler only when
             # the main thread returns from the wait, which an idle node might never do.
-            while node.context.ok():
+            while node.context.ok() and not _stop_requested:
                 executor.spin_once(timeout_sec=0.2)
         except (KeyboardInterrupt, ExternalShutdownException):
             pass
@@ -126,7 +153,19 @@ def run(factory: Callable[[], Any], args: list[str] | None = None, *, threads: i
             if callable(close):
                 close()  # join worker threads, release hardware/renderers before the context
             if executor is not None:
-                executor.shutdown(timeout_sec=5.0)
+                executor.shutdown(timeout_sec=5.0, wait_for_threads=False)
+            stuck = _join_threads(5.0)
+            if stuck:
+                rclpy.logging.get_logger(name).error(
+                    f'{len(stuck)} thread(s) did not finish within 5 s of shutdown '
+                    f'({", ".join(t.name for t in stuck)}); their stacks follow')
+                faulthandler.dump_traceback(all_threads=True)
             node.destroy_node()
         root.removeHandler(handler)
         rclpy.try_shutdown()
+        if stuck:
+            # A wedged callback's pool thread would block the interpreter's exit forever;
+            # close() has already released the hardware, so leave without joining it.
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(1)

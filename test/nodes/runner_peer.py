@@ -1,0 +1,31 @@
+"""A node run by nodes.runner whose timer callback blocks forever once told to (by a file)."""
+
+from __future__ import annotations
+
+import sys
+import threading
+from pathlib import Path
+
+from rclpy.node import Node
+
+from lerobot_lang_nodes.nodes import runner
+
+
+class Stuck(Node):
+    def __init__(self) -> None:
+        super().__init__('runner_peer')
+        self.trigger = Path(sys.argv[1])
+        self.create_timer(0.05, self._tick)
+        self.get_logger().info('runner_peer up')
+
+    def _tick(self) -> None:
+        if self.trigger.exists():
+            self.get_logger().info('blocking in a callback')
+            threading.Event().wait()  # never set: a wedged driver call, say
+
+    def close(self) -> None:
+        self.get_logger().info('close() ran')
+
+
+if __name__ == '__main__':
+    raise SystemExit(runner.run(Stuck, sys.argv[:1], name='runner_peer'))

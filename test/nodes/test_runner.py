@@ -1,0 +1,51 @@
+"""Every node's main(): Ctrl-C stops it cleanly, and a wedged callback cannot keep it alive."""
+
+from __future__ import annotations
+
+import signal
+import sys
+import time
+from pathlib import Path
+
+from lerobot_lang_nodes.testing import wait_until
+
+PEER = Path(__file__).with_name('runner_peer.py')
+
+
+def _start(launch_node, tmp_path):
+    trigger = tmp_path / 'block'
+    proc = launch_node.command([sys.executable, str(PEER), str(trigger)], name='runner_peer')
+    wait_until(lambda: 'runner_peer up' in proc.log_text(), 30.0, 'the node to start', [proc])
+    return proc, trigger
+
+
+def test_sigint_stops_the_node_through_close(launch_node, tmp_path):
+    proc, _ = _start(launch_node, tmp_path)
+    proc.proc.send_signal(signal.SIGINT)
+    proc.proc.wait(timeout=10.0)
+    assert proc.returncode == 0, proc.log_text()
+    assert 'close() ran' in proc.log_text()
+
+
+def test_sigusr1_prints_thread_stacks_and_the_node_goes_on(launch_node, tmp_path):
+    proc, _ = _start(launch_node, tmp_path)
+    proc.proc.send_signal(signal.SIGUSR1)
+    wait_until(lambda: 'most recent call first' in proc.log_text(), 10.0, 'a stack dump', [proc])
+    assert proc.alive
+    assert proc.stop() == 0
+
+
+def test_a_wedged_callback_cannot_hold_up_shutdown(launch_node, tmp_path):
+    proc, trigger = _start(launch_node, tmp_path)
+    trigger.touch()
+    wait_until(lambda: 'blocking in a callback' in proc.log_text(), 10.0, 'the callback to block',
+               [proc])
+    t0 = time.monotonic()
+    proc.proc.send_signal(signal.SIGINT)
+    proc.proc.wait(timeout=20.0)
+    elapsed = time.monotonic() - t0
+    log = proc.log_text()
+    assert proc.returncode == 1, log  # not 0: the stop was not clean, and says so
+    assert 'close() ran' in log
+    assert 'did not finish within 5 s of shutdown' in log and '_tick' in log  # where it hung
+    assert elapsed < 15.0, elapsed
