@@ -1,4 +1,5 @@
-"""Helpers for tests and benchmarks: node processes started by PID and an in-process ROS probe.
+"""Helpers for tests and benchmarks: node processes started by PID, an in-process ROS probe and
+a servo-bus emulator in a child process.
 
 Used by test/conftest.py and bench/. Importing this module does not import rclpy; RosProbe does.
 """
@@ -6,17 +7,24 @@ Used by test/conftest.py and bench/. Importing this module does not import rclpy
 from __future__ import annotations
 
 import logging
+import multiprocessing
 import os
+import pickle
 import signal
 import subprocess
 import sys
 import threading
 import time
+import traceback
 from collections.abc import Callable, Iterable, Sequence
+from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lerobot_lang_nodes.procs import kill_with_stacks
+
+if TYPE_CHECKING:
+    from lerobot_lang_nodes.so101.emulator import FaultKind, GoalWrite
 
 logger = logging.getLogger(__name__)
 
@@ -299,3 +307,269 @@ def chromium_screenshot(url: str, out_png: Path, user_data_dir: Path,
                           f'{output.decode(errors="replace")[-2000:]}') from None
     return output.decode(errors='replace')
 
+
+class EmulatorProcessError(RuntimeError):
+    """The emulator process did not start, died, or did not answer a call in time."""
+
+
+_EMULATOR_METHODS = frozenset({
+    'present_position', 'set_present_position', 'register', 'set_register', 'goal_writes',
+    'inject', 'clear_faults', 'set_error_bits', 'pending_faults', 'disconnect', 'reconnect'})
+_EMULATOR_ATTRIBUTES = frozenset({'port', 'connected', 'requests', 'replies', 'instructions'})
+_PARENT_POLL_S = 0.5  # how often an idle emulator process checks that its parent still runs
+
+
+def _portable_error(exc: Exception) -> Exception:
+    """``exc`` when it survives pickling, else a RuntimeError carrying its type and message."""
+    try:
+        pickle.loads(pickle.dumps(exc))
+        return exc
+    except Exception:
+        return RuntimeError(f'{type(exc).__name__}: {exc}')
+
+
+def serve_emulator_process(conn: Connection, ids: list[int], link: str | None, seed: int,
+                           positions: list[int] | None, parent_pid: int) -> None:
+    """Body of the EmulatorProcess child: run a ServoBusEmulator, answer calls over ``conn``.
+
+    Requests are ``(seq, op, name, args, kwargs)`` with op 'call', 'get' or 'stop'; replies are
+    ``(seq, ok, value_or_error, traceback_text)``, seq 0 reporting the start. Ends when told to
+    stop, on EOF (the parent closed the pipe or died) or when the parent PID changes.
+    """
+    from lerobot_lang_nodes.so101.emulator import ServoBusEmulator
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format='%(asctime)s emulator[%(process)d] %(levelname)s %(message)s')
+    # A Ctrl-C of the test run reaches this whole process group; the parent's clean-up (stop
+    # the driver, then the emulator) decides when the bus goes away.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        emu = ServoBusEmulator(ids, link=link, seed=seed, positions=positions).start()
+    except Exception as exc:
+        conn.send((0, False, _portable_error(exc), traceback.format_exc()))
+        return
+    stop_seq = None
+    try:
+        conn.send((0, True, None, ''))
+        stop_seq = _answer_calls(conn, emu, parent_pid)
+    except OSError:
+        pass  # the parent went away mid-reply
+    finally:
+        emu.stop()  # removes the pty and the symlink
+    if stop_seq is not None:
+        try:
+            conn.send((stop_seq, True, None, ''))  # after emu.stop(): the link is gone
+        except OSError:
+            pass
+
+
+def _answer_calls(conn: Connection, emu: Any, parent_pid: int) -> int | None:
+    """Serve requests until a stop (returns its seq) or the parent is gone (returns None)."""
+    while True:
+        if not conn.poll(_PARENT_POLL_S):
+            if os.getppid() != parent_pid:
+                logger.warning('emulator: parent %d gone; stopping', parent_pid)
+                return None
+            continue
+        try:
+            seq, op, name, args, kwargs = conn.recv()
+        except EOFError:
+            return None
+        if op == 'stop':
+            return seq
+        try:
+            if op == 'get' and name in _EMULATOR_ATTRIBUTES:
+                value = getattr(emu, name)
+                # A copy: the serving thread may update the dict while it is pickled.
+                value = dict(value) if isinstance(value, dict) else value
+            elif op == 'call' and name in _EMULATOR_METHODS:
+                value = getattr(emu, name)(*args, **kwargs)
+            else:
+                raise AttributeError(f'EmulatorProcess does not forward {op} {name!r}')
+            reply = (seq, True, value, '')
+        except Exception as exc:
+            reply = (seq, False, _portable_error(exc), traceback.format_exc())
+        conn.send(reply)
+
+
+class EmulatorProcess:
+    """A ServoBusEmulator in a child process, driven through a Pipe; same API as the emulator.
+
+    In its own process the emulator answers the bus without sharing a GIL or a garbage
+    collector with a large test process, so a driver under test never sees servo timeouts
+    that the test process caused. Calls are serialised (thread-safe) and time out with
+    EmulatorProcessError; exceptions raised in the child are re-raised here with their type.
+    """
+
+    def __init__(self, ids: Iterable[int] = range(1, 7),
+                 link: str | os.PathLike[str] | None = None, *, seed: int = 0,
+                 positions: Sequence[int] | None = None, call_timeout_s: float = 10.0,
+                 start_timeout_s: float = 30.0) -> None:
+        self._args = (list(ids), os.fspath(link) if link is not None else None, seed,
+                      list(positions) if positions is not None else None)
+        self.link = Path(link) if link is not None else None
+        self.call_timeout_s = call_timeout_s
+        self.start_timeout_s = start_timeout_s
+        self._lock = threading.Lock()
+        self._seq = 0
+        self._conn: Connection | None = None
+        self._proc: multiprocessing.process.BaseProcess | None = None
+
+    # ---- lifecycle -----------------------------------------------------------------------
+
+    def start(self) -> EmulatorProcess:
+        """Start the child (spawned: the test process has rclpy threads) and wait until ready."""
+        if self._proc is not None:
+            raise EmulatorProcessError('EmulatorProcess already started')
+        ctx = multiprocessing.get_context('spawn')
+        parent_conn, child_conn = ctx.Pipe()
+        self._proc = ctx.Process(target=serve_emulator_process, name='so101-emulator',
+                                 args=(child_conn, *self._args, os.getpid()), daemon=True)
+        self._proc.start()
+        child_conn.close()  # only the child holds it now: its death reads as EOF here
+        self._conn = parent_conn
+        try:
+            with self._lock:
+                self._receive(0, self.start_timeout_s, 'start')
+        except BaseException:
+            self.stop()
+            raise
+        logger.info('emulator process pid %d serving %s', self._proc.pid, self.port)
+        return self
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        """Stop the emulator (removes its pty and symlink) and join the child; idempotent.
+
+        Kills the child by its PID only when it does not exit within ``timeout_s``.
+        """
+        proc, conn = self._proc, self._conn
+        if proc is None or conn is None or conn.closed:
+            return
+        if proc.is_alive():
+            try:
+                self._call('stop', '', timeout_s=timeout_s)
+            except EmulatorProcessError as exc:
+                logger.warning('%s', exc)
+        proc.join(timeout_s)
+        if proc.exitcode is None:
+            logger.warning('emulator process pid %d did not exit in %.0f s; killing it',
+                           proc.pid, timeout_s)
+            proc.kill()
+            proc.join(5.0)
+        if proc.exitcode != 0 and self.link is not None and self.link.is_symlink():
+            self.link.unlink()  # a killed or crashed child could not remove its own link
+        with self._lock:
+            conn.close()
+
+    def __enter__(self) -> EmulatorProcess:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
+
+    @property
+    def alive(self) -> bool:
+        """True while the child process runs."""
+        return self._proc is not None and self._proc.is_alive()
+
+    # ---- calls ---------------------------------------------------------------------------
+
+    def _receive(self, seq: int, timeout_s: float, what: str) -> Any:
+        """The reply to request ``seq`` (caller holds the lock); late replies to requests
+        that timed out earlier are dropped."""
+        assert self._conn is not None and self._proc is not None
+        deadline = time.monotonic() + timeout_s
+        while True:
+            remaining = deadline - time.monotonic()
+            try:
+                # The child's death wakes poll() too: its end of the pipe closes (EOF).
+                if remaining <= 0 or not self._conn.poll(remaining):
+                    state = ('running' if self._proc.is_alive()
+                             else f'exit code {self._proc.exitcode}')
+                    raise EmulatorProcessError(
+                        f'emulator process pid {self._proc.pid} ({state}) did not answer '
+                        f'{what} within {timeout_s:.1f} s')
+                got, ok, value, remote_tb = self._conn.recv()
+            except (EOFError, OSError):
+                self._proc.join(1.0)
+                raise EmulatorProcessError(
+                    f'emulator process pid {self._proc.pid} exited (code '
+                    f'{self._proc.exitcode}) before answering {what}') from None
+            if got != seq:
+                continue
+            if not ok:
+                if remote_tb:
+                    value.add_note(f'raised in the emulator process:\n{remote_tb}')
+                raise value
+            return value
+
+    def _call(self, op: str, name: str, *args: Any, timeout_s: float | None = None,
+              **kwargs: Any) -> Any:
+        with self._lock:
+            if self._conn is None or self._conn.closed:
+                raise EmulatorProcessError(f'{name or op}: the emulator process is not running')
+            self._seq += 1
+            try:
+                self._conn.send((self._seq, op, name, args, kwargs))
+            except OSError as exc:
+                raise EmulatorProcessError(
+                    f'{name or op}: the emulator process is gone ({exc})') from None
+            return self._receive(self._seq, timeout_s or self.call_timeout_s, name or op)
+
+    # ---- forwarded ServoBusEmulator API --------------------------------------------------
+
+    @property
+    def port(self) -> str:
+        return self._call('get', 'port')
+
+    @property
+    def connected(self) -> bool:
+        return self._call('get', 'connected')
+
+    @property
+    def requests(self) -> int:
+        return self._call('get', 'requests')
+
+    @property
+    def replies(self) -> int:
+        return self._call('get', 'replies')
+
+    @property
+    def instructions(self) -> dict[int, int]:
+        return self._call('get', 'instructions')
+
+    def present_position(self, servo_id: int) -> int:
+        return self._call('call', 'present_position', servo_id)
+
+    def set_present_position(self, servo_id: int, present: int) -> None:
+        self._call('call', 'set_present_position', servo_id, present)
+
+    def register(self, servo_id: int, name: str) -> int:
+        return self._call('call', 'register', servo_id, name)
+
+    def set_register(self, servo_id: int, name: str, value: int) -> None:
+        self._call('call', 'set_register', servo_id, name, value)
+
+    def goal_writes(self, clear: bool = False) -> list[GoalWrite]:
+        return self._call('call', 'goal_writes', clear=clear)
+
+    def inject(self, kind: FaultKind, ids: Iterable[int] | None = None, count: int = 1) -> None:
+        self._call('call', 'inject', kind, list(ids) if ids is not None else None, count)
+
+    def clear_faults(self) -> None:
+        self._call('call', 'clear_faults')
+
+    def set_error_bits(self, servo_id: int, bits: int) -> None:
+        self._call('call', 'set_error_bits', servo_id, bits)
+
+    def pending_faults(self) -> int:
+        return self._call('call', 'pending_faults')
+
+    def disconnect(self) -> None:
+        self._call('call', 'disconnect')
+
+    def reconnect(self) -> None:
+        self._call('call', 'reconnect')

@@ -12,7 +12,7 @@ import yaml
 from lerobot_lang_nodes import graph, paths
 from lerobot_lang_nodes.cli import real_config
 from lerobot_lang_nodes.so101.calibration import load_calibration
-from lerobot_lang_nodes.testing import wait_until
+from lerobot_lang_nodes.testing import EmulatorProcess, wait_until
 
 ROBOT = {'port': '/tmp/so101', 'calibration': {'id': 'arm1'},
          'cameras': {'front': {'source': 0, 'width': 320, 'height': 240, 'fps': 15,
@@ -79,9 +79,9 @@ def test_real_specs_add_one_camera_node_per_camera() -> None:
 
 
 def test_calibrate_cli_writes_lerobot_json(tmp_path) -> None:
-    from lerobot_lang_nodes.so101.emulator import ServoBusEmulator
     out = tmp_path / 'arm.json'
-    with ServoBusEmulator(range(1, 7), link=tmp_path / 'so101') as emu:
+    # In its own process: the calibrate CLI's bus replies must not wait on this test process.
+    with EmulatorProcess(range(1, 7), link=tmp_path / 'so101') as emu:
         proc = subprocess.Popen(
             [sys.executable, '-m', 'lerobot_lang_nodes.cli.main', 'calibrate', '--port',
              str(tmp_path / 'so101'), '--robot-id', 'arm', '--path', str(out)],

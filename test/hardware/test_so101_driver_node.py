@@ -1,7 +1,8 @@
 """so101_driver in its own process against the byte-level servo emulator, over DDS.
 
-The emulator runs in this process (ServoBusEmulator on a pty, published at a --link path under
-tmp) so tests can inject faults and read the servos' Goal_Position registers; the driver
+The emulator runs in a child process of the test (EmulatorProcess: a ServoBusEmulator on a pty,
+published at a --link path under tmp, answering the bus on its own GIL) and is driven through
+its proxy, so tests can inject faults and read the servos' Goal_Position registers; the driver
 cannot tell it from a real bus. One driver serves the module; each test starts paused and
 leaves the arm healthy. An "obstacle" (a narrowed Max_Position_Limit in the servo) keeps the
 servo from reaching its goal, so "goal := present" is observable.
@@ -24,10 +25,15 @@ from std_srvs.srv import Trigger
 from lerobot_lang_msgs.msg import ActionChunk, LanguageContext, RuntimeStatus
 from lerobot_lang_nodes.nodes import convert, qos
 from lerobot_lang_nodes.so101.calibration import JOINT_NAMES, MotorCalibration, save_calibration
-from lerobot_lang_nodes.so101.emulator import ServoBusEmulator
 from lerobot_lang_nodes.so101.protocol import ErrorBit
 from lerobot_lang_nodes.so101.units import RAD_PER_STEP
-from lerobot_lang_nodes.testing import NodeProcess, node_command, RosProbe, wait_until
+from lerobot_lang_nodes.testing import (
+    EmulatorProcess,
+    NodeProcess,
+    node_command,
+    RosProbe,
+    wait_until,
+)
 
 CTRL_HZ = 30.0
 MAX_REL = 0.2  # rad, ~130 steps
@@ -49,7 +55,7 @@ class Rig:
 
     def __init__(self, tmp: Path) -> None:
         self.tmp = tmp
-        self.emu = ServoBusEmulator(range(1, 7), link=tmp / 'so101').start()
+        self.emu = EmulatorProcess(range(1, 7), link=tmp / 'so101').start()
         cal = tmp / 'calibration.json'
         save_calibration(make_calibration(), path=cal)
         argv = node_command('lerobot_lang_nodes.nodes.so101_driver_node', params={
@@ -334,7 +340,7 @@ def test_missing_port_keeps_retrying_configure(launch_node, tmp_path, probe) -> 
                                       for s in m.status), timeout_s=30.0,
                         what='diagnostics naming the missing port')
     assert msg.status[0].level != DiagnosticStatus.OK
-    emu = ServoBusEmulator(range(1, 7), link=tmp_path / 'absent').start()
+    emu = EmulatorProcess(range(1, 7), link=tmp_path / 'absent').start()
     try:
         diag.messages.clear()
         diag.wait_for(lambda m: any(kv.key == 'active' and kv.value == 'true'

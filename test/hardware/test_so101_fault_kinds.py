@@ -1,6 +1,6 @@
 """Every emulator fault kind against so101_driver in its own process, at the node level.
 
-The driver (the Rig of test_so101_driver_node: in-process emulator, driver process, probe) is
+The driver (the Rig of test_so101_driver_node: emulator process, driver process, probe) is
 resumed and executing a slow ramp on shoulder_pan when a burst of one fault kind hits that
 servo's replies. Each case asserts: the process stays alive; /diagnostics counts the fault in
 the bus counter that kind produces; joint_states keep flowing and the arm reports OK once the

@@ -2,8 +2,9 @@
 
 The driver runs in its own process with auto_configure/auto_activate false and is driven only
 through lifecycle_msgs/srv/ChangeState and GetState, as lifecycle tooling would. The emulator
-runs here, so the servos' registers (Torque_Enable, Goal_Position) and the instructions the bus
-saw are observable; whether the driver holds the port open is read from /proc/<pid>/fd.
+runs in a child process of the test (EmulatorProcess), whose proxy makes the servos' registers
+(Torque_Enable, Goal_Position) and the instructions the bus saw observable; whether the driver
+holds the port open is read from /proc/<pid>/fd.
 """
 
 from __future__ import annotations
@@ -22,10 +23,9 @@ from std_srvs.srv import Trigger
 from lerobot_lang_msgs.msg import ActionChunk, RuntimeStatus
 from lerobot_lang_nodes.nodes import convert, qos
 from lerobot_lang_nodes.so101.calibration import JOINT_NAMES, MotorCalibration, save_calibration
-from lerobot_lang_nodes.so101.emulator import ServoBusEmulator
 from lerobot_lang_nodes.so101.protocol import Instruction
 from lerobot_lang_nodes.so101.units import RAD_PER_STEP
-from lerobot_lang_nodes.testing import NodeProcess, RosProbe, wait_until
+from lerobot_lang_nodes.testing import EmulatorProcess, NodeProcess, RosProbe, wait_until
 
 MODULE = 'lerobot_lang_nodes.nodes.so101_driver_node'
 IDS = range(1, 7)
@@ -48,7 +48,7 @@ def driver_params(port: Path, cal: Path, **extra) -> dict:
             **extra}
 
 
-def holds_port(proc: NodeProcess, emu: ServoBusEmulator) -> bool:
+def holds_port(proc: NodeProcess, emu: EmulatorProcess) -> bool:
     """True when the driver process has the emulator's pty slave open."""
     slave = os.path.realpath(emu.port)
     fd_dir = Path(f'/proc/{proc.pid}/fd')
@@ -61,7 +61,7 @@ def holds_port(proc: NodeProcess, emu: ServoBusEmulator) -> bool:
     return False
 
 
-def torque(emu: ServoBusEmulator) -> list[int]:
+def torque(emu: EmulatorProcess) -> list[int]:
     return [emu.register(i, 'Torque_Enable') for i in IDS]
 
 
@@ -81,14 +81,14 @@ class Lifecycle:
                                timeout_s=WAIT_S).success
 
 
-def emulator_progress(emu: ServoBusEmulator, n: int, proc: NodeProcess) -> None:
+def emulator_progress(emu: EmulatorProcess, n: int, proc: NodeProcess) -> None:
     """Wait until the bus served ``n`` more requests: that many control-loop transactions."""
     start = emu.requests
     wait_until(lambda: emu.requests >= start + n, WAIT_S, f'{n} more bus requests', [proc])
 
 
 def test_lifecycle_services_walk(launch_node, probe, tmp_path) -> None:
-    emu = ServoBusEmulator(IDS, link=tmp_path / 'so101').start()
+    emu = EmulatorProcess(IDS, link=tmp_path / 'so101').start()
     try:
         cal = calibration_file(tmp_path)
         status = probe.subscribe(RuntimeStatus, 'runtime_status', qos.STATUS)
@@ -165,7 +165,7 @@ def test_configure_fails_on_missing_port_then_succeeds(launch_node, probe, tmp_p
     assert not lc.change(Transition.TRANSITION_CONFIGURE)
     assert lc.state().id == State.PRIMARY_STATE_UNCONFIGURED
     assert 'configure failed' in proc.log_text()
-    emu = ServoBusEmulator(IDS, link=link).start()
+    emu = EmulatorProcess(IDS, link=link).start()
     try:
         assert lc.change(Transition.TRANSITION_CONFIGURE)
         assert lc.state().id == State.PRIMARY_STATE_INACTIVE
@@ -179,7 +179,7 @@ def test_configure_fails_on_missing_port_then_succeeds(launch_node, probe, tmp_p
 @pytest.mark.parametrize('disable', [True, False], ids=['disable_torque', 'keep_torque'])
 def test_sigint_torque_follows_disable_torque_on_shutdown(launch_node, tmp_path,
                                                           disable: bool) -> None:
-    emu = ServoBusEmulator(IDS, link=tmp_path / 'so101').start()
+    emu = EmulatorProcess(IDS, link=tmp_path / 'so101').start()
     try:
         params = driver_params(tmp_path / 'so101', calibration_file(tmp_path))
         if not disable:  # the default is true: leave it unset in that case

@@ -1,7 +1,8 @@
 """`lerobot-lang real robot.yaml` end to end against the byte-level servo emulator.
 
-The emulator runs in this process (ServoBusEmulator published at a --link path) so the servos'
-Torque_Enable registers can be read after the bring-up stops; the bring-up runs as the user
+The emulator runs in a child process of the test (EmulatorProcess: a ServoBusEmulator published
+at a --link path), whose proxy reads the servos' Torque_Enable registers after the bring-up
+stops; the bring-up runs as the user
 starts it (own session, output to a file) with the shipped robot.example.yaml edited to the
 emulator's port, a calibration JSON written by the so101 calibration helpers and two
 synthetic:square cameras. Everything is observed over DDS with the probe.
@@ -23,10 +24,16 @@ from lerobot_lang_msgs.msg import RuntimeStatus
 from lerobot_lang_nodes import paths
 from lerobot_lang_nodes.nodes import qos
 from lerobot_lang_nodes.so101.calibration import JOINT_NAMES, MotorCalibration, save_calibration
-from lerobot_lang_nodes.so101.emulator import ServoBusEmulator
-from lerobot_lang_nodes.testing import child_pids, process_gone, stop_popen, wait_until
+from lerobot_lang_nodes.testing import (
+    child_pids,
+    EmulatorProcess,
+    process_gone,
+    stop_popen,
+    wait_until,
+)
 
 CAMERAS = ('front', 'wrist')
+IDS = range(1, 7)
 WAIT_S = 30.0  # five node processes starting on two loaded cores
 
 
@@ -42,7 +49,7 @@ def _write_robot_yaml(tmp: Path, port: Path, calibration: Path) -> Path:
 
 
 def test_real_bringup_against_the_emulator(tmp_path, probe) -> None:
-    emu = ServoBusEmulator(range(1, 7), link=tmp_path / 'so101').start()
+    emu = EmulatorProcess(IDS, link=tmp_path / 'so101').start()
     cal = tmp_path / 'so101_follower.json'
     save_calibration({j: MotorCalibration(i + 1, 0, 0, 0 if j == 'wrist_roll' else 1000,
                                           4095 if j == 'wrist_roll' else 3000)
@@ -74,7 +81,7 @@ def test_real_bringup_against_the_emulator(tmp_path, probe) -> None:
         paused = status.wait_for(timeout_s=WAIT_S, what='runtime_status')
         assert status.messages[0].mode == 'paused', status.messages[0].mode  # starts paused
         assert paused.mode == 'paused'
-        assert all(emu.register(i, 'Torque_Enable') == 1 for i in emu.servos), \
+        assert all(emu.register(i, 'Torque_Enable') == 1 for i in IDS), \
             'the active driver holds with torque on'
         resume = probe.call(Trigger, '/resume', Trigger.Request(), timeout_s=WAIT_S)
         assert resume.success, resume.message
@@ -91,10 +98,12 @@ def test_real_bringup_against_the_emulator(tmp_path, probe) -> None:
         for pid in kids:  # never leave a node behind, even when an assertion failed
             if not process_gone(pid):
                 os.kill(pid, signal.SIGKILL)
-        emu.stop()
+        try:  # read before the emulator process stops; asserted after the bring-up checks
+            torque = {i: emu.register(i, 'Torque_Enable') for i in IDS}
+        finally:
+            emu.stop()
     wait_until(lambda: all(process_gone(k) for k in kids), 10.0, 'every node process gone')
     text = log.read_text()
     assert 'Traceback' not in text and 'killing pid' not in text, text[-4000:]
     assert text.rstrip().endswith('[lerobot-lang] stopped'), text[-2000:]
-    torque = {i: emu.servos[i].get('Torque_Enable') for i in emu.servos}
     assert not any(torque.values()), f'torque still enabled after shutdown: {torque}'
