@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import faulthandler
 import logging
 import os
@@ -153,8 +154,16 @@ def run(factory: Callable[[], Any], args: list[str] | None = None, *, threads: i
             if callable(close):
                 close()  # join worker threads, release hardware/renderers before the context
             if executor is not None:
-                executor.shutdown(timeout_sec=5.0, wait_for_threads=False)
+                # rclpy's Executor.shutdown() destroys its guard condition without waiting for
+                # callbacks already handed to the thread pool, which then fail on it ("exception
+                # was never retrieved" noise). Close the pool first: queued callbacks still run,
+                # and the pool's threads end once they have.
+                pool = getattr(executor, '_executor', None)
+                if isinstance(pool, concurrent.futures.ThreadPoolExecutor):
+                    pool.shutdown(wait=False)
             stuck = _join_threads(5.0)
+            if executor is not None:
+                executor.shutdown(timeout_sec=0.0, wait_for_threads=False)
             if stuck:
                 rclpy.logging.get_logger(name).error(
                     f'{len(stuck)} thread(s) did not finish within 5 s of shutdown '
