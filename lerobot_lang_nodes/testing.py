@@ -200,8 +200,8 @@ class Collector:
         with self._cond:
             while True:
                 # Each message is tested once: rescanning a long history on every arrival
-                # would hog the GIL and starve other threads of the test process (an
-                # in-process servo emulator, say).
+                # would hog the GIL and starve the test process's other threads (the
+                # probe's executor).
                 for msg in self.messages[checked:]:
                     if predicate(msg):
                         return msg
@@ -494,10 +494,7 @@ class EmulatorProcess:
                         f'{what} within {timeout_s:.1f} s')
                 got, ok, value, remote_tb = self._conn.recv()
             except (EOFError, OSError):
-                self._proc.join(1.0)
-                raise EmulatorProcessError(
-                    f'emulator process pid {self._proc.pid} exited (code '
-                    f'{self._proc.exitcode}) before answering {what}') from None
+                raise self._exited(what) from None
             if got != seq:
                 continue
             if not ok:
@@ -514,10 +511,16 @@ class EmulatorProcess:
             self._seq += 1
             try:
                 self._conn.send((self._seq, op, name, args, kwargs))
-            except OSError as exc:
-                raise EmulatorProcessError(
-                    f'{name or op}: the emulator process is gone ({exc})') from None
+            except OSError:
+                raise self._exited(name or op) from None
             return self._receive(self._seq, timeout_s or self.call_timeout_s, name or op)
+
+    def _exited(self, what: str) -> EmulatorProcessError:
+        """The error for a call that found the pipe closed: the child has died."""
+        assert self._proc is not None
+        self._proc.join(1.0)  # reap it, for its exit code
+        return EmulatorProcessError(f'emulator process pid {self._proc.pid} exited (code '
+                                    f'{self._proc.exitcode}) before answering {what}')
 
     # ---- forwarded ServoBusEmulator API --------------------------------------------------
 

@@ -2,10 +2,10 @@
 
 The emulator runs in a child process of the test (EmulatorProcess: a ServoBusEmulator published
 at a --link path), whose proxy reads the servos' Torque_Enable registers after the bring-up
-stops; the bring-up runs as the user
-starts it (own session, output to a file) with the shipped robot.example.yaml edited to the
-emulator's port, a calibration JSON written by the so101 calibration helpers and two
-synthetic:square cameras. Everything is observed over DDS with the probe.
+stops; the bring-up runs as the user starts it (own session, output to a file) with the
+shipped robot.example.yaml edited to the emulator's port, a calibration JSON written by the
+so101 calibration helpers and two synthetic:square cameras. Everything is observed over DDS
+with the probe.
 """
 
 from __future__ import annotations
@@ -81,8 +81,9 @@ def test_real_bringup_against_the_emulator(tmp_path, probe) -> None:
         paused = status.wait_for(timeout_s=WAIT_S, what='runtime_status')
         assert status.messages[0].mode == 'paused', status.messages[0].mode  # starts paused
         assert paused.mode == 'paused'
-        assert all(emu.register(i, 'Torque_Enable') == 1 for i in IDS), \
-            'the active driver holds with torque on'
+        # The control loop (and its status) starts at configure; torque comes on at activate.
+        wait(lambda: all(emu.register(i, 'Torque_Enable') == 1 for i in IDS),
+             'the active driver to hold with torque on')
         resume = probe.call(Trigger, '/resume', Trigger.Request(), timeout_s=WAIT_S)
         assert resume.success, resume.message
         status.messages.clear()
