@@ -10,10 +10,12 @@ from typing import Any
 
 import yaml
 
+from lerobot_lang_nodes.core import camera_info
 from lerobot_lang_nodes.so101.calibration import JOINT_NAMES
 
 TOP_KEYS = ('port', 'calibration', 'cameras', 'safety')
-CAMERA_KEYS = ('source', 'width', 'height', 'fps', 'fourcc', 'publish_compressed')
+CAMERA_KEYS = ('source', 'width', 'height', 'fps', 'fourcc', 'publish_compressed',
+               'camera_info_url')
 SAFETY_KEYS = ('max_relative_target_rad', 'command_timeout_s')
 _NAME = re.compile(r'^[a-z][a-z0-9_]*$')  # a ROS name token: also the topic cameras/<name>/
 
@@ -31,6 +33,22 @@ class RobotConfigError(ValueError):
 
 def _err(path: Path, fld: str, problem: str, fix: str) -> RobotConfigError:
     return RobotConfigError(f'{path}: field {fld!r} {problem}; {fix}')
+
+
+def _camera_info_url(path: Path, name: str, url: Any) -> str:
+    """Validate a camera's calibration file now (not when its node starts); a relative plain
+    path is taken relative to the robot YAML, as a user writing it next to that file means."""
+    fld = f'cameras.{name}.camera_info_url'
+    if not isinstance(url, str) or not url:
+        raise _err(path, fld, f'is {url!r}', 'give a camera_calibration YAML (file:///path.yaml, '
+                   'package://<pkg>/<path> or a path)')
+    if '://' not in url and not Path(url).expanduser().is_absolute():
+        url = str((path.parent / url).resolve())
+    try:
+        camera_info.load(url)
+    except camera_info.CameraCalibrationError as exc:
+        raise _err(path, fld, f'is unusable ({exc})', 'fix the file or the path') from None
+    return url
 
 
 def load_robot_yaml(robot_yaml: Path) -> dict[str, Any]:
@@ -91,6 +109,8 @@ def load_robot_yaml(robot_yaml: Path) -> dict[str, Any]:
         if 'fourcc' in cam and (not isinstance(cam['fourcc'], str) or len(cam['fourcc']) != 4):
             raise _err(path, f'cameras.{name}.fourcc', f'is {cam["fourcc"]!r}',
                        "give four characters such as 'MJPG' or 'YUYV'")
+        if 'camera_info_url' in cam:
+            cam['camera_info_url'] = _camera_info_url(path, name, cam['camera_info_url'])
     safety = data.get('safety') or {}
     if not isinstance(safety, dict):
         raise _err(path, 'safety', 'is not a mapping', f'use keys {list(SAFETY_KEYS)}')

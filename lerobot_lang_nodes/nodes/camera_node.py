@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 from sensor_msgs.msg import CameraInfo, CompressedImage, Image
 
+from lerobot_lang_nodes.core import camera_info
 from lerobot_lang_nodes.nodes import convert, qos, runner
 from lerobot_lang_nodes.nodes.params import declare_config, reject_unknown_parameters
 
@@ -53,6 +54,10 @@ class CameraConfig:
     reconnect_period_s: float = field(default=1.0, metadata={
         'doc': 'Period of reopen attempts after the source failed (s).',
         'range': (0.05, 60.0)})
+    camera_info_url: str = field(default='', metadata={
+        'doc': 'Intrinsics calibration (camera_calibration YAML): file:///path.yaml, '
+               'package://<pkg>/<path> or a path; scaled to the published size. Empty = a '
+               'nominal uncalibrated pinhole (no distortion, ~53 deg wide).'})
 
 
 class _Synthetic:
@@ -103,6 +108,10 @@ def _make_node_class() -> type:
             super().__init__('camera')
             self.cfg = declare_config(self, CameraConfig)
             reject_unknown_parameters(self)
+            # Read before anything starts: a missing or malformed file fails start-up.
+            self.calibration = (camera_info.load(self.cfg.camera_info_url)
+                                if self.cfg.camera_info_url else None)
+            self._info_cache: dict[tuple[int, int], camera_info.Intrinsics] = {}
             import cv2  # lazily: only camera processes pay for OpenCV
             self._cv2 = cv2
             self.frame_id = self.cfg.frame_id or f'{self.get_name()}_optical_frame'
@@ -225,12 +234,7 @@ def _make_node_class() -> type:
                 self._published_stamp = latest[0]
             stamp, rgb = latest
             self._image_pub.publish(convert.rgb_to_image(rgb, stamp, self.frame_id))
-            h, w = rgb.shape[:2]
-            f = float(w)  # no intrinsics calibration: a ~53 deg horizontal FOV guess
-            info = CameraInfo(height=h, width=w, distortion_model='plumb_bob', d=[0.0] * 5,
-                              k=[f, 0.0, w / 2, 0.0, f, h / 2, 0.0, 0.0, 1.0],
-                              r=[1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0],
-                              p=[f, 0.0, w / 2, 0.0, 0.0, f, h / 2, 0.0, 0.0, 0.0, 1.0, 0.0])
+            info = self._camera_info(*rgb.shape[1::-1])
             convert.s_to_stamp(stamp, info.header.stamp)
             info.header.frame_id = self.frame_id
             self._info_pub.publish(info)
@@ -243,6 +247,24 @@ def _make_node_class() -> type:
                     convert.s_to_stamp(stamp, msg.header.stamp)
                     msg.header.frame_id = self.frame_id
                     self._jpeg_pub.publish(msg)
+
+        def _camera_info(self, width: int, height: int) -> CameraInfo:
+            """CameraInfo (no header yet) for frames of this size."""
+            intr = self._info_cache.get((width, height))
+            if intr is None:
+                cal = self.calibration
+                if cal is None:
+                    intr = camera_info.nominal(width, height)
+                else:
+                    intr = cal.scaled_to(width, height)
+                    if intr is not cal:
+                        self.get_logger().warning(
+                            f'frames are {width}x{height} but {self.cfg.camera_info_url} was '
+                            f'calibrated at {cal.width}x{cal.height}: publishing its '
+                            'intrinsics scaled to the frame size')
+                self._info_cache[(width, height)] = intr
+            return CameraInfo(height=height, width=width, distortion_model=intr.distortion_model,
+                              d=list(intr.d), k=list(intr.k), r=list(intr.r), p=list(intr.p))
 
         def close(self) -> None:
             self._running = False

@@ -8,7 +8,8 @@ import sys
 import textwrap
 from pathlib import Path
 
-CORE_MODULES = ('errors', 'executor', 'safety', 'language', 'prompts', 'high_level')
+CORE_MODULES = ('errors', 'executor', 'safety', 'language', 'prompts', 'high_level',
+                'camera_info', 'images')
 
 
 def test_core_imports_with_rclpy_blocked():

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import subprocess
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 from sensor_msgs.msg import CameraInfo, CompressedImage, Image
 
 from lerobot_lang_nodes.nodes import convert, qos
+from lerobot_lang_nodes.testing import node_command
 
 cv2 = pytest.importorskip('cv2')
 MODULE = 'lerobot_lang_nodes.nodes.camera_node'
@@ -78,3 +82,35 @@ def test_missing_device_keeps_node_alive(launch_node, tmp_path) -> None:
     wait_until(lambda: 'cannot open camera source' in proc.log_text(), 30.0,
                'the open error in the log', [proc])
     assert proc.alive
+
+
+SAMPLE_CALIBRATION = Path(__file__).resolve().parents[1] / 'data' / 'front_camera.yaml'
+
+
+def test_camera_info_comes_from_the_calibration_file(launch_node, probe) -> None:
+    # Calibrated at 640x480, published at 320x240: the intrinsics follow the resize.
+    infos = probe.subscribe(CameraInfo, 'cal/camera_info', qos.SENSOR)
+    proc = launch_node(MODULE, '-r', 'camera_info:=cal/camera_info', name='cal',
+                       params={'source': 'synthetic:square', 'width': 320, 'height': 240,
+                               'fps': 20.0, 'camera_info_url': f'file://{SAMPLE_CALIBRATION}'})
+    info = infos.wait_for(timeout_s=30.0, what='camera_info')
+    cal = yaml.safe_load(SAMPLE_CALIBRATION.read_text())
+    k = cal['camera_matrix']['data']
+    assert (info.width, info.height, info.distortion_model) == (320, 240, 'plumb_bob')
+    assert list(info.d) == cal['distortion_coefficients']['data']
+    assert list(info.k) == pytest.approx([k[0] / 2, 0.0, k[2] / 2, 0.0, k[4] / 2, k[5] / 2,
+                                          0.0, 0.0, 1.0])
+    assert list(info.r) == cal['rectification_matrix']['data']
+    assert info.p[0] == pytest.approx(cal['projection_matrix']['data'][0] / 2)
+    assert 'calibrated at 640x480: publishing its intrinsics scaled' in proc.log_text()
+
+
+def test_a_broken_calibration_file_stops_start_up_with_the_field(tmp_path) -> None:
+    bad = tmp_path / 'front.yaml'
+    bad.write_text(SAMPLE_CALIBRATION.read_text().replace('rows: 3\n  cols: 4', 'rows: 4\n  '
+                                                                               'cols: 4'))
+    out = subprocess.run(node_command(MODULE, params={'source': 'synthetic:square',
+                                                      'camera_info_url': str(bad)}),
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert f'camera calibration {bad}: projection_matrix is 4x4' in out.stdout + out.stderr

@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import threading
+from pathlib import Path
 
 import pytest
 import yaml
@@ -14,6 +15,7 @@ from lerobot_lang_nodes.cli import real_config
 from lerobot_lang_nodes.so101.calibration import load_calibration
 from lerobot_lang_nodes.testing import EmulatorProcess, wait_until
 
+SAMPLE_CALIBRATION = Path(__file__).resolve().parents[1] / 'data' / 'front_camera.yaml'
 ROBOT = {'port': '/tmp/so101', 'calibration': {'id': 'arm1'},
          'cameras': {'front': {'source': 0, 'width': 320, 'height': 240, 'fps': 15,
                                'fourcc': 'MJPG'},
@@ -44,6 +46,17 @@ def test_params_file_merges_robot_into_real_defaults(tmp_path) -> None:
     assert params['wrist_camera']['ros__parameters']['source'] == '/dev/video2'
     assert 'camera' not in params
     assert params['planner']['ros__parameters']['cameras'] == ['front', 'wrist']
+
+
+def test_camera_info_url_is_checked_and_resolved_next_to_the_robot_yaml(tmp_path) -> None:
+    (tmp_path / 'front.yaml').write_text(SAMPLE_CALIBRATION.read_text())
+    robot = {**ROBOT, 'cameras': {'front': {'source': 0, 'camera_info_url': 'front.yaml'}}}
+    loaded = real_config.load_robot_yaml(write(tmp_path, robot))
+    assert loaded['cameras']['front']['camera_info_url'] == str(tmp_path / 'front.yaml')
+    robot['cameras']['front']['camera_info_url'] = 'missing.yaml'
+    with pytest.raises(real_config.RobotConfigError,
+                       match=r"'cameras.front.camera_info_url' is unusable .*missing.yaml"):
+        real_config.load_robot_yaml(write(tmp_path, robot))
 
 
 def test_example_robot_yaml_is_valid() -> None:
