@@ -14,6 +14,8 @@ SUBCOMMANDS = {
     'calibrate': ('lerobot_lang_nodes.cli.calibrate',
                   'calibrate an SO-101 follower and write LeRobot calibration JSON'),
     'task': ('lerobot_lang_nodes.cli.operator', 'set the task (std_msgs/String on /task)'),
+    'run': ('lerobot_lang_nodes.cli.operator',
+            'run a task to its end (/run_task action): prints subtasks, exit 0 on success'),
     'say': ('lerobot_lang_nodes.cli.operator', 'interject (std_msgs/String on /interjection)'),
     'ask': ('lerobot_lang_nodes.cli.operator', 'ask a question about the scene (/vqa)'),
     'pause': ('lerobot_lang_nodes.cli.operator', 'pause the robot (/pause)'),

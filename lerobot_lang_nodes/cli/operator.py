@@ -1,4 +1,4 @@
-"""Operator commands (task, say, ask, pause, resume, status) for machines without ros2cli."""
+"""Operator commands (task, run, say, ask, pause, resume, status) for machines without ros2cli."""
 
 from __future__ import annotations
 
@@ -15,11 +15,15 @@ CONSUMERS = {'task': {'planner', 'policy'}, 'interjection': {'planner'}}
 
 
 def add_arguments(command: str, parser: argparse.ArgumentParser) -> None:
-    if command in ('task', 'say'):
+    if command in ('task', 'say', 'run'):
         parser.add_argument('text', nargs='+', help='the text to send')
-    if command == 'task':
+    if command in ('task', 'run'):
         parser.add_argument('--direct', action='store_true',
                             help='use the text as the subtask directly (no generation)')
+    if command == 'run':
+        parser.add_argument('--time-limit', type=float, default=0.0, metavar='S',
+                            help='give up after S seconds of the graph clock (sim time in '
+                                 'simulation); 0 = no limit (default)')
     if command == 'ask':
         parser.add_argument('question', nargs='+', help='the question')
         parser.add_argument('--camera', default='', help='camera to ground on (default view)')
@@ -36,10 +40,14 @@ def run(command: str, args: argparse.Namespace) -> int:
     os.environ.update(dds.ros_environment())
     import rclpy
     from rclpy.node import Node
-    rclpy.init()
+    from rclpy.signals import SignalHandlerOptions
+    # Ctrl-C is a KeyboardInterrupt with the context still up, so `run` can cancel its goal.
+    rclpy.init(signal_handler_options=SignalHandlerOptions.NO)
     node = Node('lerobot_lang_cli_' + command)
     try:
         return _COMMANDS[command](node, args)
+    except KeyboardInterrupt:
+        return 130
     finally:
         node.destroy_node()
         rclpy.try_shutdown()
@@ -101,6 +109,53 @@ def _cmd_say(node, args) -> int:
     from lerobot_lang_nodes.nodes import qos
     return _publish_string(node, _topic(args.namespace, 'interjection'), ' '.join(args.text),
                            qos.COMMAND, args.timeout)
+
+
+def _cmd_run(node, args) -> int:
+    """RunTask: follow the task to its end, printing each new subtask; Ctrl-C cancels it."""
+    from rclpy.action import ActionClient
+    from lerobot_lang_msgs.action import RunTask
+    name = _topic(args.namespace, 'run_task')
+    client = ActionClient(node, RunTask, name)
+    if not client.wait_for_server(timeout_sec=args.timeout):
+        print(f'error: action {name} not available (is the graph running in ROS_DOMAIN_ID='
+              f"{os.environ.get('ROS_DOMAIN_ID')}?)", file=sys.stderr)
+        return 2
+    last = ['']
+
+    def on_feedback(msg) -> None:
+        fb = msg.feedback
+        if fb.subtask != last[0]:
+            last[0] = fb.subtask
+            print(f'subtask: {fb.subtask}' + (f'  (memory: {fb.memory})' if fb.memory else ''),
+                  flush=True)
+
+    goal = RunTask.Goal(task=' '.join(args.text), direct_subtask=args.direct,
+                        time_limit_s=args.time_limit)
+    sent = client.send_goal_async(goal, feedback_callback=on_feedback)
+    if not _spin_until(node, sent.done, args.timeout):
+        print(f'error: {name} did not answer the goal', file=sys.stderr)
+        return 2
+    handle = sent.result()
+    if not handle.accepted:
+        print(f'error: {name} rejected the goal', file=sys.stderr)
+        return 1
+    print(f'running: {goal.task}', flush=True)
+    result = handle.get_result_async()
+    try:
+        while not result.done():
+            _spin_until(node, result.done, 1.0)
+    except KeyboardInterrupt:
+        cancel = handle.cancel_goal_async()
+        _spin_until(node, cancel.done, args.timeout)
+        _spin_until(node, result.done, args.timeout)
+        print('cancelled', file=sys.stderr)
+        return 130
+    res = result.result().result
+    print(f"{'succeeded' if res.success else 'failed'}: {res.message}")
+    if res.subtasks:
+        print('subtasks: ' + ' -> '.join(res.subtasks))
+    return 0 if res.success else 1
 
 
 def _call(node, srv_type, name: str, request, timeout_s: float):
@@ -166,5 +221,5 @@ def _cmd_status(node, args) -> int:
     return 0
 
 
-_COMMANDS = {'task': _cmd_task, 'say': _cmd_say, 'ask': _cmd_ask, 'pause': _trigger('pause'),
-             'resume': _trigger('resume'), 'status': _cmd_status}
+_COMMANDS = {'task': _cmd_task, 'run': _cmd_run, 'say': _cmd_say, 'ask': _cmd_ask,
+             'pause': _trigger('pause'), 'resume': _trigger('resume'), 'status': _cmd_status}

@@ -16,6 +16,7 @@ from typing import Any
 
 from rclpy.action import ActionServer, CancelResponse, GoalResponse
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup, ReentrantCallbackGroup
+from rclpy.impl.implementation_singleton import rclpy_implementation as _rclpy
 from rclpy.node import Node
 from std_msgs.msg import String
 from std_srvs.srv import Trigger
@@ -120,6 +121,7 @@ class PlannerNode(Node):
         self.create_service(AskVqa, 'vqa', self._on_vqa, callback_group=cb)
         self._action = ActionServer(self, RunTask, 'run_task', self._run_task,
                                     goal_callback=self._on_goal,
+                                    handle_accepted_callback=self._on_accepted,
                                     cancel_callback=lambda _g: CancelResponse.ACCEPT,
                                     callback_group=cb)
         self._worker = threading.Thread(target=self._work, name='planner-generation',
@@ -176,7 +178,13 @@ class PlannerNode(Node):
             except Exception as exc:  # noqa: BLE001 - a bad job must not kill the worker
                 self.get_logger().error(f'{fn.__name__} failed: {type(exc).__name__}: {exc}')
                 future.set_exception(exc)
-            self._publish_context()
+            try:
+                self._publish_context()
+            except _rclpy.RCLError as exc:  # DDS refused a write: the next job publishes again
+                if not self.context.ok():
+                    return
+                self.get_logger().error(f'publishing the language context failed: {exc}',
+                                        throttle_duration_sec=2.0)
 
     def observation(self) -> dict[str, Any]:
         """What the generator sees: latest images, simulator truth, the language state."""
@@ -212,15 +220,15 @@ class PlannerNode(Node):
         prev = self._published
         if not force and prev == snap:
             return
-        self._published = snap
-        if snap.subtask and (not self._subtask_history or self._subtask_history[-1] !=
-                             snap.subtask):
-            self._subtask_history.append(snap.subtask)
         msg = LanguageContext(task=snap.task, subtask=snap.subtask,
                               prior_subtask=snap.prior_subtask, memory=snap.memory,
                               plan=snap.plan, revision=snap.revision, source=snap.source)
         msg.header.stamp = self.get_clock().now().to_msg()
-        self._ctx_pub.publish(msg)
+        self._ctx_pub.publish(msg)  # first: if it fails, this snapshot is published again
+        self._published = snap
+        if snap.subtask and (not self._subtask_history or self._subtask_history[-1] !=
+                             snap.subtask):
+            self._subtask_history.append(snap.subtask)
         handle = self._goal_handle
         if handle is not None and handle.is_active:
             self._send_feedback(handle, snap)
@@ -300,37 +308,62 @@ class PlannerNode(Node):
                 self._send_feedback(handle, snap)
                 result = self._finished(handle, snap, start_rev, start_s, goal)
                 if result is not None:
+                    self.get_logger().info(f'RunTask {goal.task.strip()!r}: {result.message}')
                     return result
                 time.sleep(period)  # wall-clock pacing of a polling loop; limits use node time
         finally:
             self._goal_handle = None
 
     def _send_feedback(self, handle, snap: LanguageSnapshot) -> None:
-        handle.publish_feedback(RunTask.Feedback(
-            subtask=snap.subtask, memory=snap.memory,
-            progress=f'subtask {len(self._subtask_history)}: {snap.subtask}'))
+        try:
+            handle.publish_feedback(RunTask.Feedback(
+                subtask=snap.subtask, memory=snap.memory,
+                progress=f'subtask {len(self._subtask_history)}: {snap.subtask}'))
+        except _rclpy.RCLError as exc:  # repeated at feedback_hz anyway
+            self.get_logger().warning(f'RunTask feedback not published: {exc}',
+                                      throttle_duration_sec=5.0)
+
+    def _on_accepted(self, handle) -> None:
+        """rclpy's default (execute the goal), surviving a goal-status publish that fails.
+
+        The goal's state changes before its status array is published, so a refused write
+        must not keep the goal from running: its result is still served when it ends.
+        """
+        try:
+            handle.execute()
+        except _rclpy.RCLError as exc:
+            self.get_logger().warning(f'RunTask goal status not published ({exc}); running '
+                                      'the goal anyway')
+            self._action.notify_execute(handle, None)
+
+    def _end_goal(self, transition, result: RunTask.Result) -> RunTask.Result:
+        """Apply succeed/abort/canceled; a failed status publish must not lose the result."""
+        try:
+            transition()
+        except _rclpy.RCLError as exc:
+            self.get_logger().warning(f'RunTask final status not published ({exc}); the '
+                                      'result is still served')
+        return result
 
     def _finished(self, handle, snap: LanguageSnapshot, start_rev: int, start_s: float,
                   goal: RunTask.Goal) -> RunTask.Result | None:
         subtasks = list(self._subtask_history)
         if handle.is_cancel_requested:
-            handle.canceled()
-            return RunTask.Result(success=False, message='canceled', subtasks=subtasks)
+            return self._end_goal(handle.canceled, RunTask.Result(
+                success=False, message='canceled', subtasks=subtasks))
         if snap.task != goal.task.strip():
-            handle.abort()
-            return RunTask.Result(success=False, message=f'task replaced by {snap.task!r}',
-                                  subtasks=subtasks)
+            return self._end_goal(handle.abort, RunTask.Result(
+                success=False, message=f'task replaced by {snap.task!r}', subtasks=subtasks))
         with self._lock:
             outcome = self._outcome
         if outcome is not None and outcome.success and outcome.context_revision >= start_rev:
-            handle.succeed()
-            return RunTask.Result(success=True, message=f'succeeded: {outcome.detail}',
-                                  subtasks=subtasks)
+            return self._end_goal(handle.succeed, RunTask.Result(
+                success=True, message=f'succeeded: {outcome.detail}', subtasks=subtasks))
         elapsed = self._now_s() - start_s
         if goal.time_limit_s > 0 and elapsed > goal.time_limit_s:
-            handle.abort()
-            return RunTask.Result(success=False, subtasks=subtasks,
-                                  message=f'time limit {goal.time_limit_s:.1f} s reached')
+            return self._end_goal(handle.abort, RunTask.Result(
+                success=False, subtasks=subtasks,
+                message=f'time limit {goal.time_limit_s:.1f} s reached'))
         return None
 
     def close(self) -> None:

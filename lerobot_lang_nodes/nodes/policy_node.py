@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from rclpy.impl.implementation_singleton import rclpy_implementation as _rclpy
 from rclpy.node import Node
 from sensor_msgs.msg import JointState
 from std_msgs.msg import String
@@ -200,7 +201,16 @@ class PolicyNode(Node):
                                        period_s=1.0 / self.cfg.ctrl_hz,
                                        instruction=instruction, backend=self.cfg.backend)
             self._awaiting = (self._sequence, time.monotonic())
-        self._pub.publish(msg)
+        try:
+            self._pub.publish(msg)
+        except _rclpy.RCLError as exc:  # DDS refused the write: the next refill retries
+            if not self.context.ok():
+                return
+            with self._lock:
+                self.failures += 1
+                self._awaiting = None
+            self.get_logger().error(f'publishing chunk {msg.sequence} failed: {exc}',
+                                    throttle_duration_sec=2.0)
 
     def close(self) -> None:
         self._running = False

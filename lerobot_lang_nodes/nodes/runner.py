@@ -10,6 +10,7 @@ import signal
 import sys
 import threading
 import time
+import traceback
 from collections.abc import Callable
 from typing import Any
 
@@ -136,13 +137,23 @@ def run(factory: Callable[[], Any], args: list[str] | None = None, *, threads: i
         _spinning = True
         if _stop_requested:  # the signal came between the node's creation and here
             return 0
-        try:
-            # spin_once with a timeout, not spin(): Python runs the signal handler only when
-            # the main thread returns from the wait, which an idle node might never do.
-            while node.context.ok() and not _stop_requested:
+        errors = 0
+        # spin_once with a timeout, not spin(): Python runs the signal handler only when the
+        # main thread returns from the wait, which an idle node might never do.
+        while node.context.ok() and not _stop_requested:
+            try:
                 executor.spin_once(timeout_sec=0.2)
-        except (KeyboardInterrupt, ExternalShutdownException):
-            pass
+            except (KeyboardInterrupt, ExternalShutdownException):
+                break
+            except Exception as exc:  # noqa: BLE001 - one failed callback must not end the node
+                if not node.context.ok():
+                    break
+                # rclcpp would end the process here; a driver that exits drops torque and the
+                # arm with it, so report the callback's failure loudly and keep serving.
+                errors += 1
+                rclpy.logging.get_logger(name).error(
+                    f'a callback raised {type(exc).__name__}: {exc} ({errors} so far; the node '
+                    f'goes on)\n' + ''.join(traceback.format_exception(exc)))
         return 0
     finally:
         # A second Ctrl-C must not interrupt close() (a driver disabling torque); the

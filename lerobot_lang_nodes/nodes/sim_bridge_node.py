@@ -91,6 +91,7 @@ class SimBridgeNode(Node):
         self._context_revision = 0
         self._goal = None
         self._hold = self.scene.joint_positions()
+        self.publish_errors = 0  # writes DDS refused (each costs one tick of outputs)
 
         self._clock_pub = self.create_publisher(Clock, '/clock', qos.CLOCK)
         self._joint_pub = self.create_publisher(JointState, 'joint_states', qos.SENSOR)
@@ -192,18 +193,28 @@ class SimBridgeNode(Node):
                 # No action (paused or starved): keep the last safe target, never replay.
                 self.scene.apply_action(self._hold)
                 now = self.scene.step(period)
-                self._publish_clock(now)
-                self._publish_joints(now)
-                if tick % camera_every == 0:
-                    self._publish_images(now)
                 refill = self.chunk_executor.needs_refill()
-                # Publish at once when the queue crosses the refill threshold, so the policy
-                # starts the next inference without waiting for the periodic status.
-                if tick % status_every == 0:
-                    self._publish_status(now)
-                    self._publish_world(now)
-                elif refill and not last_refill:
-                    self._publish_status(now)
+                # A failed publish (DDS refused a write) costs this tick's outputs, never the
+                # simulation loop.
+                try:
+                    self._publish_clock(now)
+                    self._publish_joints(now)
+                    if tick % camera_every == 0:
+                        self._publish_images(now)
+                    # Publish at once when the queue crosses the refill threshold, so the
+                    # policy starts the next inference without waiting for the periodic status.
+                    if tick % status_every == 0:
+                        self._publish_status(now)
+                        self._publish_world(now)
+                    elif refill and not last_refill:
+                        self._publish_status(now)
+                except _rclpy.RCLError as exc:
+                    if not self.context.ok():
+                        raise
+                    self.publish_errors += 1
+                    self.get_logger().error(f'publish failed ({self.publish_errors} so far; '
+                                            f'the simulation goes on): {exc}',
+                                            throttle_duration_sec=5.0)
                 last_refill = refill
                 tick += 1
                 if cfg.real_time_factor > 0:

@@ -124,6 +124,7 @@ class So101DriverNode(LifecycleNode):
         self._watchdog_holding = False
         self.watchdog_holds = 0
         self.reconnects = 0
+        self.publish_errors = 0  # writes DDS refused (each costs one tick of outputs)
 
         self.chunk_executor = self._make_executor()
         self._joint_pub = self.create_publisher(JointState, 'joint_states', qos.SENSOR)
@@ -316,8 +317,10 @@ class So101DriverNode(LifecycleNode):
         next_reconnect = 0.0
         tick = 0
         last_refill = False
-        try:
-            while self._running and self.context.ok():
+        while self._running and self.context.ok():
+            # A failed publish (DDS refused a write) costs one tick's outputs, never the loop:
+            # the servos must keep being read, clamped and watched.
+            try:
                 state = None
                 if self._health == 'disconnected':
                     if time.monotonic() >= next_reconnect:
@@ -335,17 +338,20 @@ class So101DriverNode(LifecycleNode):
                 last_refill = refill
                 if tick % diag_every == 0:
                     self._publish_diagnostics(now)
-                tick += 1
-                next_t += period
-                delay = next_t - time.monotonic()
-                if delay > 0:
-                    time.sleep(delay)  # fixed-rate control loop
-                elif delay < -1.0:  # far behind (CPU starved): do not sprint to catch up
-                    next_t = time.monotonic()
-        except _rclpy.RCLError:
-            if self.context.ok():
-                raise
-            # Ctrl-C shut the context down between the loop check and a publish: stopping.
+            except _rclpy.RCLError as exc:
+                if not self.context.ok():
+                    break  # Ctrl-C shut the context down between the check and a publish
+                self.publish_errors += 1
+                self.get_logger().error(f'publish failed ({self.publish_errors} so far; the '
+                                        f'control loop goes on): {exc}',
+                                        throttle_duration_sec=5.0)
+            tick += 1
+            next_t += period
+            delay = next_t - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)  # fixed-rate control loop
+            elif delay < -1.0:  # far behind (CPU starved): do not sprint to catch up
+                next_t = time.monotonic()
 
     def _cycle(self) -> RobotState | None:
         """One control period; returns the state read, None when the bus failed."""
@@ -451,7 +457,8 @@ class So101DriverNode(LifecycleNode):
         values = {'health': self._health, 'detail': self._health_detail,
                   'active': str(self._active).lower(), 'mode': self.chunk_executor.mode,
                   'port': self.cfg.port, 'watchdog_holds': str(self.watchdog_holds),
-                  'reconnects': str(self.reconnects)}
+                  'reconnects': str(self.reconnects),
+                  'publish_errors': str(self.publish_errors)}
         for group in ('bus', 'safety'):
             for key, value in diag.get(group, {}).items():
                 values[f'{group}.{key}'] = str(value)

@@ -1,4 +1,7 @@
-"""A node run by nodes.runner whose timer callback blocks forever once told to (by a file)."""
+"""A node run by nodes.runner whose timer callback misbehaves once told to (by files).
+
+<trigger> blocks the callback forever; <trigger>.raise makes the next tick raise once.
+"""
 
 from __future__ import annotations
 
@@ -15,10 +18,18 @@ class Stuck(Node):
     def __init__(self) -> None:
         super().__init__('runner_peer')
         self.trigger = Path(sys.argv[1])
+        self.ticks = 0
         self.create_timer(0.05, self._tick)
         self.get_logger().info('runner_peer up')
 
     def _tick(self) -> None:
+        raise_once = self.trigger.with_suffix('.raise')
+        if raise_once.exists():
+            raise_once.unlink()
+            raise RuntimeError('a bug in a callback')
+        self.ticks += 1
+        if self.ticks % 20 == 0:
+            self.get_logger().info(f'tick {self.ticks}')
         if self.trigger.exists():
             self.get_logger().info('blocking in a callback')
             threading.Event().wait()  # never set: a wedged driver call, say

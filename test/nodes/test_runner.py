@@ -35,6 +35,19 @@ def test_sigusr1_prints_thread_stacks_and_the_node_goes_on(launch_node, tmp_path
     assert proc.stop() == 0
 
 
+def test_a_raising_callback_is_reported_and_the_node_goes_on(launch_node, tmp_path):
+    proc, trigger = _start(launch_node, tmp_path)
+    trigger.with_suffix('.raise').touch()
+    wait_until(lambda: 'a callback raised RuntimeError: a bug in a callback (1 so far'
+               in proc.log_text(), 10.0, 'the callback error in the log', [proc])
+    log = proc.log_text()
+    assert 'Traceback' in log and 'in _tick' in log  # where it came from
+    seen = log.count(': tick ')
+    wait_until(lambda: proc.log_text().count(': tick ') > seen + 1, 10.0,
+               'the timer to keep ticking', [proc])
+    assert proc.stop() == 0
+
+
 def test_a_wedged_callback_cannot_hold_up_shutdown(launch_node, tmp_path):
     proc, trigger = _start(launch_node, tmp_path)
     trigger.touch()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -23,7 +24,7 @@ from lerobot_lang_msgs.msg import LanguageContext, RuntimeStatus, TaskOutcome
 from lerobot_lang_msgs.srv import AskVqa
 from lerobot_lang_nodes import graph
 from lerobot_lang_nodes.nodes import qos
-from lerobot_lang_nodes.testing import NodeProcess, RosProbe, WaitTimeout
+from lerobot_lang_nodes.testing import NodeProcess, RosProbe, WaitTimeout, stop_popen, wait_until
 
 pytestmark = pytest.mark.slow
 CTRL_HZ = 30.0
@@ -304,6 +305,41 @@ def test_operator_cli_ask_and_status(sim):
     sim.context.wait_for(lambda m: m.task == 'pick up the blue cube', what='the CLI task')
     subprocess.run([sys.executable, '-m', 'lerobot_lang_nodes.cli.main', 'resume'],
                    capture_output=True, text=True, timeout=90, check=True)
+
+
+def _cli(*args: str, timeout: float = 90.0) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, '-m', 'lerobot_lang_nodes.cli.main', *args],
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def test_operator_cli_run_follows_a_task_to_its_end(sim):
+    short = _cli('run', 'put the blue cube in the bowl', '--time-limit', '1')
+    assert short.returncode == 1, short.stdout + short.stderr
+    assert 'running: put the blue cube in the bowl' in short.stdout
+    assert 'failed: time limit 1.0 s reached' in short.stdout
+    done = _cli('run', 'put the blue cube in the bowl', '--time-limit', '90', timeout=240.0)
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    assert any(line.startswith('subtask: ') for line in lines), done.stdout
+    assert any(line.startswith('succeeded: ') for line in lines), done.stdout
+    assert 'release the blue cube' in done.stdout  # the last step, in the subtask list
+
+
+def test_ctrl_c_on_operator_cli_run_cancels_the_goal(sim, tmp_path):
+    log = tmp_path / 'run.log'
+    with log.open('w') as out:
+        proc = subprocess.Popen([sys.executable, '-m', 'lerobot_lang_nodes.cli.main', 'run',
+                                 'put the green cube in the bowl'], stdout=out,
+                                stderr=subprocess.STDOUT)
+    try:
+        wait_until(lambda: 'running: ' in log.read_text(), 60.0, 'the goal to be accepted')
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=60) == 130, log.read_text()
+    finally:
+        stop_popen(proc, 10.0)
+    assert 'cancelled' in log.read_text() and 'Traceback' not in log.read_text()
+    wait_until(lambda: "RunTask 'put the green cube in the bowl': canceled"
+               in sim.procs['planner'].log_text(), 10.0, 'the planner to end the goal')
 
 
 def test_killing_the_policy_makes_the_arm_hold(sim):
