@@ -20,6 +20,7 @@ from std_msgs.msg import String
 
 from lerobot_lang_msgs.msg import ActionChunk, LanguageContext, RuntimeStatus
 from lerobot_lang_nodes.backends.registry import load_backend
+from lerobot_lang_nodes.core.inference_gate import ExecutorView, InferenceGate
 from lerobot_lang_nodes.core.prompts import action_instruction
 from lerobot_lang_nodes.nodes import convert, qos, runner
 from lerobot_lang_nodes.nodes.observations import LatestObservations
@@ -80,8 +81,7 @@ class PolicyNode(Node):
         self._status: RuntimeStatus | None = None
         self._status_wall = 0.0
         self._sequence = 0
-        self._awaiting: tuple[int, float] | None = None  # (sequence, wall time published)
-        self._last_start = 0.0
+        self.gate = InferenceGate(self.cfg.max_inference_hz, ACK_TIMEOUT_S)
         self.discarded_in_flight = 0
         self.failures = 0
 
@@ -125,8 +125,7 @@ class PolicyNode(Node):
         with self._lock:
             self._status = msg
             self._status_wall = time.monotonic()
-            if self._awaiting is not None and msg.last_accepted_sequence >= self._awaiting[0]:
-                self._awaiting = None
+            self.gate.acknowledged(msg.last_accepted_sequence)
         self._wake.set()
 
     # --- inference ----------------------------------------------------------------------
@@ -141,22 +140,16 @@ class PolicyNode(Node):
 
     def _should_infer(self) -> bool:
         st = self._status
-        if st is None or time.monotonic() - self._status_wall > self.cfg.status_timeout_s:
-            return False
-        if st.mode != RuntimeStatus.MODE_ACTION or self._joints is None:
+        if st is None or self._joints is None:
             return False
         instruction, revision = self._instruction()
         if not instruction:
             return False
-        # A newer revision than the executor's empties its queue as soon as it hears of it:
-        # start that chunk now instead of waiting for the status saying so.
-        if not st.needs_refill and revision <= st.context_revision:
-            return False
-        if self._awaiting is not None:
-            if time.monotonic() - self._awaiting[1] < ACK_TIMEOUT_S:
-                return False
-            self._awaiting = None  # lost or rejected: the executor's counters say which
-        return time.monotonic() - self._last_start >= 1.0 / self.cfg.max_inference_hz
+        now = time.monotonic()
+        return self.gate.should_start(now, ExecutorView(
+            acting=st.mode == RuntimeStatus.MODE_ACTION, needs_refill=st.needs_refill,
+            revision=st.context_revision,
+            fresh=now - self._status_wall <= self.cfg.status_timeout_s), revision)
 
     def _work(self) -> None:
         while self._running:
@@ -165,8 +158,8 @@ class PolicyNode(Node):
             with self._lock:
                 if not self._running or not self._should_infer():
                     continue
-                self._last_start = time.monotonic()
                 instruction, revision = self._instruction()
+                self.gate.started(time.monotonic(), revision)
                 joints = self._joints
                 observation = {
                     'instruction': instruction,
@@ -200,7 +193,7 @@ class PolicyNode(Node):
                                        stamp_s=observation['stamp_s'],
                                        period_s=1.0 / self.cfg.ctrl_hz,
                                        instruction=instruction, backend=self.cfg.backend)
-            self._awaiting = (self._sequence, time.monotonic())
+            self.gate.published(self._sequence, time.monotonic())
         try:
             self._pub.publish(msg)
         except _rclpy.RCLError as exc:  # DDS refused the write: the next refill retries
@@ -208,7 +201,7 @@ class PolicyNode(Node):
                 return
             with self._lock:
                 self.failures += 1
-                self._awaiting = None
+                self.gate.publish_failed()
             self.get_logger().error(f'publishing chunk {msg.sequence} failed: {exc}',
                                     throttle_duration_sec=2.0)
 

@@ -1,0 +1,76 @@
+"""When the policy starts its next inference: the refill rule seen from the policy's side.
+
+The executor reports (RuntimeStatus) its mode, whether its queue is below the refill threshold,
+the language revision it runs and the last chunk it accepted. The gate starts an inference when
+the executor needs one, one chunk at a time (a published chunk is awaited until acknowledged),
+at most ``max_hz`` for refills, and at once for the first chunk of a newer revision: the
+executor drops its queue when the revision changes, so every tick of delay there is a tick the
+arm holds still.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class ExecutorView:
+    """What the policy knows of the executor from its latest RuntimeStatus."""
+
+    acting: bool          # mode == action
+    needs_refill: bool
+    revision: int         # language revision the executor runs
+    fresh: bool = True    # the status is recent enough to act on
+
+
+class InferenceGate:
+    """Decides when to start an inference; all times are the caller's monotonic seconds."""
+
+    def __init__(self, max_hz: float, ack_timeout_s: float = 1.0) -> None:
+        if max_hz <= 0:
+            raise ValueError(f'max_hz must be > 0, got {max_hz}')
+        self.min_period_s = 1.0 / max_hz
+        self.ack_timeout_s = ack_timeout_s
+        self._awaiting: tuple[int, float] | None = None  # (sequence, time published)
+        self._last_start = float('-inf')
+        self._last_revision = -1  # revision of the last inference started
+
+    @property
+    def awaiting(self) -> int | None:
+        """Sequence of the published chunk not yet acknowledged, if any."""
+        return self._awaiting[0] if self._awaiting is not None else None
+
+    def should_start(self, now: float, executor: ExecutorView, revision: int) -> bool:
+        """True when an inference for ``revision`` should start now."""
+        if not (executor.fresh and executor.acting):
+            return False
+        new_revision = revision > self._last_revision
+        # A revision newer than the executor's empties its queue as soon as it hears of it:
+        # start that chunk without waiting for the status that says so.
+        if not executor.needs_refill and revision <= executor.revision:
+            return False
+        if self._awaiting is not None:
+            # A chunk of an older revision is rejected as stale and never acknowledged:
+            # waiting for its ack would starve the arm at every subtask change.
+            if not new_revision and now - self._awaiting[1] < self.ack_timeout_s:
+                return False
+            self._awaiting = None  # acknowledged late, lost, rejected or moot
+        return new_revision or now - self._last_start >= self.min_period_s
+
+    def started(self, now: float, revision: int) -> None:
+        self._last_start = now
+        self._last_revision = revision
+
+    def published(self, sequence: int, now: float) -> None:
+        self._awaiting = (sequence, now)
+
+    def publish_failed(self) -> None:
+        self._awaiting = None
+
+    def acknowledged(self, last_accepted_sequence: int) -> None:
+        """The executor accepted every chunk up to this sequence."""
+        if self._awaiting is not None and last_accepted_sequence >= self._awaiting[0]:
+            self._awaiting = None
+
+
+__all__ = ['ExecutorView', 'InferenceGate']
