@@ -4,12 +4,33 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 import time
 
 from lerobot_lang_nodes import dds
 
 DISCOVERY_TIMEOUT_S = 10.0
+
+
+class _Flag:
+    """Set by the SIGINT handler: a plain attribute, as a handler must not take locks."""
+
+    def __init__(self) -> None:
+        self.value = False
+
+    def set(self) -> None:
+        self.value = True
+
+    def clear(self) -> None:
+        self.value = False
+
+    def is_set(self) -> bool:
+        return self.value
+
+
+_interrupted = _Flag()
+
 # Nodes that must have received a message before the command may exit.
 CONSUMERS = {'task': {'planner', 'policy'}, 'interjection': {'planner'}}
 
@@ -41,22 +62,25 @@ def run(command: str, args: argparse.Namespace) -> int:
     import rclpy
     from rclpy.node import Node
     from rclpy.signals import SignalHandlerOptions
-    # Ctrl-C is a KeyboardInterrupt with the context still up, so `run` can cancel its goal.
+    # Ctrl-C only sets a flag that the waits check: the context stays up (so `run` can cancel
+    # its goal), and no KeyboardInterrupt surfaces inside rclpy's C++ calls as another error.
     rclpy.init(signal_handler_options=SignalHandlerOptions.NO)
+    _interrupted.clear()
+    signal.signal(signal.SIGINT, lambda *_: _interrupted.set())
     node = Node('lerobot_lang_cli_' + command)
     try:
-        return _COMMANDS[command](node, args)
-    except KeyboardInterrupt:
-        return 130
+        code = _COMMANDS[command](node, args)
+        return 130 if _interrupted.is_set() and code != 0 else code
     finally:
         node.destroy_node()
         rclpy.try_shutdown()
 
 
 def _spin_until(node, predicate, timeout_s: float) -> bool:
+    """Spin until ``predicate()``; False at the deadline or on Ctrl-C."""
     import rclpy
     deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
+    while time.monotonic() < deadline and not _interrupted.is_set():
         if predicate():
             return True
         rclpy.spin_once(node, timeout_sec=0.05)
@@ -142,10 +166,10 @@ def _cmd_run(node, args) -> int:
         return 1
     print(f'running: {goal.task}', flush=True)
     result = handle.get_result_async()
-    try:
-        while not result.done():
-            _spin_until(node, result.done, 1.0)
-    except KeyboardInterrupt:
+    while not result.done() and not _interrupted.is_set():
+        _spin_until(node, result.done, 1.0)
+    if not result.done():  # Ctrl-C: cancel the goal, then report how it ended
+        _interrupted.clear()
         cancel = handle.cancel_goal_async()
         _spin_until(node, cancel.done, args.timeout)
         _spin_until(node, result.done, args.timeout)
