@@ -151,9 +151,13 @@ def run(factory: Callable[[], Any], args: list[str] | None = None, *, threads: i
                 # rclcpp would end the process here; a driver that exits drops torque and the
                 # arm with it, so report the callback's failure loudly and keep serving.
                 errors += 1
-                rclpy.logging.get_logger(name).error(
-                    f'a callback raised {type(exc).__name__}: {exc} ({errors} so far; the node '
-                    f'goes on)\n' + ''.join(traceback.format_exception(exc)))
+                text = (f'a callback raised {type(exc).__name__}: {exc} ({errors} so far; the '
+                        'node goes on)')
+                if errors <= 3:  # the first ones with their traceback; then no log flood
+                    rclpy.logging.get_logger(name).error(
+                        text + '\n' + ''.join(traceback.format_exception(exc)))
+                else:
+                    rclpy.logging.get_logger(name).error(text, throttle_duration_sec=5.0)
         return 0
     finally:
         # A second Ctrl-C must not interrupt close() (a driver disabling torque); the
