@@ -53,6 +53,10 @@ def add_arguments(command: str, parser: argparse.ArgumentParser) -> None:
     parser.add_argument('--namespace', default='', help='namespace of the graph (default /)')
 
 
+def _graph_hint() -> str:
+    return f"(is the graph running in ROS_DOMAIN_ID={os.environ.get('ROS_DOMAIN_ID')}?)"
+
+
 def _topic(ns: str, name: str) -> str:
     return f"{ns.rstrip('/')}/{name}" if ns else name
 
@@ -103,8 +107,7 @@ def _publish_string(node, topic: str, text: str, qos, timeout_s: float) -> int:
 
     if not _spin_until(node, every_known_subscriber_matched, timeout_s):
         if pub.get_subscription_count() == 0:
-            print(f'error: nobody subscribes to {topic} (is the graph running in '
-                  f"ROS_DOMAIN_ID={os.environ.get('ROS_DOMAIN_ID')}?)", file=sys.stderr)
+            print(f'error: nobody subscribes to {topic} {_graph_hint()}', file=sys.stderr)
             return 2
         print(f'warning: {topic}: the planner (or policy) was not seen; sending anyway',
               file=sys.stderr)
@@ -142,8 +145,7 @@ def _cmd_run(node, args) -> int:
     name = _topic(args.namespace, 'run_task')
     client = ActionClient(node, RunTask, name)
     if not client.wait_for_server(timeout_sec=args.timeout):
-        print(f'error: action {name} not available (is the graph running in ROS_DOMAIN_ID='
-              f"{os.environ.get('ROS_DOMAIN_ID')}?)", file=sys.stderr)
+        print(f'error: action {name} not available {_graph_hint()}', file=sys.stderr)
         return 2
     last = ['']
 
@@ -185,8 +187,7 @@ def _cmd_run(node, args) -> int:
 def _call(node, srv_type, name: str, request, timeout_s: float):
     client = node.create_client(srv_type, name)
     if not client.wait_for_service(timeout_sec=timeout_s):
-        print(f'error: service {name} not available (is the graph running in ROS_DOMAIN_ID='
-              f"{os.environ.get('ROS_DOMAIN_ID')}?)", file=sys.stderr)
+        print(f'error: service {name} not available {_graph_hint()}', file=sys.stderr)
         return None
     future = client.call_async(request)
     if not _spin_until(node, future.done, timeout_s + 30.0):

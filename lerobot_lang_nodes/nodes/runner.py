@@ -47,16 +47,15 @@ class RclpyLogHandler(logging.Handler):
             self.handleError(record)
 
 
-_interrupted = threading.Event()
-# While spinning, a signal only sets this flag: an exception raised at an arbitrary bytecode
-# of the main thread could leave an executor lock held and hang the shutdown that follows.
+# While spinning, a signal only sets this flag (no lock taken in the handler): an exception
+# raised at an arbitrary bytecode of the main thread could leave an executor lock held and
+# hang the shutdown that follows.
 _stop_requested = False
 _spinning = False
 
 
 def _on_stop_signal(_signum: int, _frame: Any) -> None:
     global _stop_requested
-    _interrupted.set()
     _stop_requested = True
     if not _spinning:  # still building the node (loading a model): abort that
         raise KeyboardInterrupt
@@ -126,7 +125,7 @@ def run(factory: Callable[[], Any], args: list[str] | None = None, *, threads: i
         except KeyboardInterrupt:  # Ctrl-C while loading (models can take a while)
             return 130
         except Exception as exc:
-            if _interrupted.is_set():  # the interrupt surfaced inside a C extension call
+            if _stop_requested:  # the interrupt surfaced inside a C extension call
                 return 130
             if not isinstance(exc, STARTUP_ERRORS):
                 raise
@@ -143,7 +142,7 @@ def run(factory: Callable[[], Any], args: list[str] | None = None, *, threads: i
         while node.context.ok() and not _stop_requested:
             try:
                 executor.spin_once(timeout_sec=0.2)
-            except (KeyboardInterrupt, ExternalShutdownException):
+            except ExternalShutdownException:
                 break
             except Exception as exc:  # noqa: BLE001 - one failed callback must not end the node
                 if not node.context.ok():
