@@ -130,6 +130,28 @@ def wait_until(predicate: Callable[[], Any], timeout_s: float, what: str,
         time.sleep(poll_s)
 
 
+# The model stacks (torch, transformers, LeRobot) come with `scripts/setup.sh --ml`, which the
+# test command runs. CI sets this so a missing stack fails the run instead of skipping tests.
+REQUIRE_ML_ENV = 'LEROBOT_LANG_REQUIRE_ML'
+ML_MODULES = ('torch', 'transformers', 'lerobot')
+
+
+def require_ml(*modules: str) -> None:
+    """Skip the calling test (module) unless the model stacks import; fail under CI's flag."""
+    import importlib
+
+    import pytest
+    for name in modules or ML_MODULES:
+        try:
+            importlib.import_module(name)
+        except ImportError as exc:
+            reason = (f'{name} is not installed ({exc}); `scripts/setup.sh --ml` installs the '
+                      'model backends')
+            if os.environ.get(REQUIRE_ML_ENV) == '1':
+                pytest.fail(f'{REQUIRE_ML_ENV}=1 but {reason}', pytrace=False)
+            pytest.skip(reason, allow_module_level=True)
+
+
 def stop_popen(proc: subprocess.Popen, timeout_s: float) -> None:
     """Stop a still-running process as an operator would: SIGINT, SIGKILL after ``timeout_s``."""
     if proc.poll() is not None:

@@ -3,7 +3,7 @@
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 "$ROOT/scripts/system-deps.sh"
-"$ROOT/scripts/setup.sh"
+"$ROOT/scripts/setup.sh" --ml
 cd "$ROOT"
 # DDS stays on this machine; test/conftest.py also picks a free ROS_DOMAIN_ID per run.
 export ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST
