@@ -14,6 +14,7 @@ BACKENDS: dict[str, dict[str, str]] = {
     },
     'policy': {
         'scripted': 'lerobot_lang_nodes.backends.policies.scripted:ScriptedSimExpert',
+        'lerobot': 'lerobot_lang_nodes.backends.policies.lerobot_policy:LeRobotPolicy',
     },
 }
 

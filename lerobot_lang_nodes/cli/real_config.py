@@ -1,4 +1,4 @@
-"""Robot YAML (port, calibration, cameras, safety) -> ros__parameters of the REAL graph."""
+"""Robot YAML (port, calibration, cameras, safety, policy) -> ros__parameters of the REAL graph."""
 
 from __future__ import annotations
 
@@ -13,10 +13,14 @@ import yaml
 from lerobot_lang_nodes.core import camera_info
 from lerobot_lang_nodes.so101.calibration import JOINT_NAMES
 
-TOP_KEYS = ('port', 'calibration', 'cameras', 'safety')
+TOP_KEYS = ('port', 'calibration', 'cameras', 'safety', 'policy')
 CAMERA_KEYS = ('source', 'width', 'height', 'fps', 'fourcc', 'publish_compressed',
                'camera_info_url')
 SAFETY_KEYS = ('max_relative_target_rad', 'command_timeout_s')
+# Robot YAML `policy:` key -> policy node parameter (the `lerobot` backend's settings).
+POLICY_KEYS = {'path': 'model_path', 'device': 'device', 'dtype': 'dtype',
+               'camera_map': 'camera_map', 'state_units': 'state_units',
+               'condition_on': 'condition_on'}
 _NAME = re.compile(r'^[a-z][a-z0-9_]*$')  # a ROS name token: also the topic cameras/<name>/
 
 
@@ -128,7 +132,63 @@ def load_robot_yaml(robot_yaml: Path) -> dict[str, Any]:
         _positive(path, 'safety.max_relative_target_rad', mrt)
     if 'command_timeout_s' in safety:
         _positive(path, 'safety.command_timeout_s', safety['command_timeout_s'])
-    return {'port': port, 'calibration': cal, 'cameras': cameras, 'safety': safety}
+    return {'port': port, 'calibration': cal, 'cameras': cameras, 'safety': safety,
+            'policy': _policy(path, data.get('policy'))}
+
+
+def _policy(path: Path, policy: Any) -> dict[str, Any]:
+    """The `policy:` block: a checkpoint path (string) or a mapping of POLICY_KEYS."""
+    if policy is None:
+        return {}
+    if isinstance(policy, str):
+        policy = {'path': policy}
+    if not isinstance(policy, dict):
+        raise _err(path, 'policy', f'is {policy!r}', 'write policy: {path: <LeRobot '
+                   'pretrained_model directory>}')
+    extra = sorted(set(policy) - set(POLICY_KEYS))
+    if extra:
+        raise _err(path, f'policy.{extra[0]}', 'is unknown', f'use only {list(POLICY_KEYS)}')
+    out = dict(policy)
+    if 'path' in out:
+        if not isinstance(out['path'], str) or not out['path']:
+            raise _err(path, 'policy.path', f'is {out["path"]!r}',
+                       'give the LeRobot checkpoint (pretrained_model) directory')
+        model = Path(out['path']).expanduser()
+        if not model.is_absolute():  # relative to the robot YAML, like camera_info_url
+            model = (path.parent / model).resolve()
+        out['path'] = str(model)
+    if 'camera_map' in out:
+        cmap = out['camera_map']
+        if isinstance(cmap, dict):  # {front: observation.images.top} reads best in YAML
+            cmap = [f'{k}:{v}' for k, v in cmap.items()]
+        if not isinstance(cmap, list) or not all(isinstance(e, str) for e in cmap):
+            raise _err(path, 'policy.camera_map', f'is {out["camera_map"]!r}',
+                       'map cameras to checkpoint image keys, e.g. {front: '
+                       'observation.images.top}')
+        out['camera_map'] = cmap
+    return out
+
+
+def check_policy(params: dict[str, Any], source: str) -> None:
+    """Refuse a REAL graph whose policy cannot emit a chunk: the scripted sim expert, or the
+    lerobot backend without a checkpoint directory."""
+    policy = params.get('policy', {}).get('ros__parameters', {})
+    backend = policy.get('backend', 'scripted')
+    fix = ('add `policy: {path: <LeRobot pretrained_model directory>}` to the robot YAML (or '
+           'set policy.model_path in the parameters file)')
+    if backend == 'scripted':
+        raise RobotConfigError(f'{source}: the policy backend is scripted, a simulator expert '
+                               'that needs sim/ground_truth and cannot drive a real arm; use '
+                               f'backend lerobot and {fix}')
+    if backend == 'lerobot':
+        model = str(policy.get('model_path') or '')
+        if not model:
+            raise RobotConfigError(f'{source}: no policy checkpoint is set for the real graph; '
+                                   f'{fix}')
+        if not (Path(model).expanduser() / 'config.json').is_file():
+            raise RobotConfigError(f'{source}: policy checkpoint {model} is not a LeRobot '
+                                   'checkpoint directory (no config.json there); give the '
+                                   'pretrained_model directory that lerobot-train saved')
 
 
 def _positive(path: Path, fld: str, value: Any) -> None:
@@ -162,6 +222,12 @@ def merged_parameters(robot: dict[str, Any], defaults: dict[str, Any]) -> dict[s
     names = list(robot['cameras'])
     for name, cam in robot['cameras'].items():
         out[f'{name}_camera'] = {'ros__parameters': {**cam_defaults, **cam}}
+    pol = out.setdefault('policy', {'ros__parameters': {}})['ros__parameters']
+    for key, value in robot.get('policy', {}).items():
+        pol[POLICY_KEYS[key]] = value
+    # The policy converts joint states to the checkpoint's units with the driver's calibration.
+    pol['calibration_id'] = drv['calibration_id']
+    pol['calibration_path'] = drv['calibration_path']
     for node in ('planner', 'policy', 'viewer'):
         params = out.get(node, {}).get('ros__parameters')
         if params is not None and names:
@@ -176,6 +242,7 @@ def params_file_from_robot_yaml(robot_yaml: Path, default_params_file: Path) -> 
     robot = load_robot_yaml(robot_yaml)
     defaults = yaml.safe_load(Path(default_params_file).read_text(encoding='utf-8')) or {}
     merged = merged_parameters(robot, defaults)
+    check_policy(merged, f'{robot_yaml} + {default_params_file}')
     fd, name = tempfile.mkstemp(prefix='lerobot_lang_real_', suffix='.yaml')
     with open(fd, 'w', encoding='utf-8') as f:
         f.write(f'# generated from {robot_yaml} and {default_params_file}\n')

@@ -2,11 +2,14 @@
 
 Inference runs on its own thread. It starts when the executor's RuntimeStatus reports that
 the queue fell below its refill threshold (not only when empty), and a result computed for a
-language revision that changed meanwhile is discarded instead of published.
+language revision that changed meanwhile is discarded instead of published. A backend that
+cannot load (missing or corrupt checkpoint) leaves the node up, publishing the error on
+/diagnostics and no chunks, so the executor holds instead of the process crash-looping.
 """
 
 from __future__ import annotations
 
+from collections import deque
 import threading
 import time
 from dataclasses import dataclass, field
@@ -19,15 +22,17 @@ from sensor_msgs.msg import JointState
 from std_msgs.msg import String
 
 from lerobot_lang_msgs.msg import ActionChunk, LanguageContext, RuntimeStatus
-from lerobot_lang_nodes.backends.registry import load_backend
+from lerobot_lang_nodes.backends.registry import BackendNotFound, load_backend
 from lerobot_lang_nodes.core.inference_gate import ExecutorView, InferenceGate
 from lerobot_lang_nodes.core.prompts import action_instruction
 from lerobot_lang_nodes.nodes import convert, qos, runner
+from lerobot_lang_nodes.nodes.diagnostics import DiagnosticsPublisher
 from lerobot_lang_nodes.nodes.observations import LatestObservations
 from lerobot_lang_nodes.nodes.params import declare_config, reject_unknown_parameters
 
 # A chunk that the executor has not acknowledged after this long was lost or rejected.
 ACK_TIMEOUT_S = 1.0
+LATENCY_WINDOW = 100  # inferences behind the latency percentiles on /diagnostics
 
 
 @dataclass(frozen=True)
@@ -37,8 +42,36 @@ class PolicyConfig:
     backend: str = field(default='scripted', metadata={
         'doc': 'Action policy backend; see backends/registry.py.', 'read_only': True})
     model_path: str = field(default='', metadata={
-        'doc': 'Checkpoint directory for model backends; unused by `scripted`.',
+        'doc': 'Checkpoint directory for model backends (lerobot: a LeRobot pretrained_model '
+               'directory); unused by `scripted`.', 'read_only': True})
+    device: str = field(default='auto', metadata={
+        'doc': 'Torch device of model backends: auto (cuda if available, else cpu), cpu, '
+               'cuda or cuda:<n>.', 'read_only': True})
+    dtype: str = field(default='auto', metadata={
+        'doc': 'Float dtype of model backends; auto keeps the checkpoint\'s.',
+        'choices': ('auto', 'float32', 'bfloat16', 'float16'), 'read_only': True})
+    camera_map: tuple[str, ...] = field(default=('',), metadata={
+        'doc': 'lerobot: "<camera>:<checkpoint image key>" per camera whose checkpoint key '
+               'differs from observation.images.<camera>; [""] or [] = identity.',
         'read_only': True})
+    state_units: str = field(default='degrees', metadata={
+        'doc': 'lerobot: units of observation.state / action in the checkpoint (LeRobot SO-101 '
+               'conventions): "degrees" (use_degrees=True) or "range_m100_100"; the gripper '
+               'is 0..100 in both.', 'choices': ('degrees', 'range_m100_100'),
+        'read_only': True})
+    calibration_id: str = field(default='', metadata={
+        'doc': 'lerobot: LeRobot robot id whose SO-101 calibration JSON converts radians to '
+               'the checkpoint\'s units (the driver\'s file); empty with calibration_path '
+               'empty = a nominal calibration spanning the simulator\'s joint ranges.',
+        'read_only': True})
+    calibration_path: str = field(default='', metadata={
+        'doc': 'lerobot: explicit calibration JSON path instead of calibration_id.',
+        'read_only': True})
+    inference_timeout_s: float = field(default=5.0, metadata={
+        'doc': 'An inference that takes longer is discarded and counted as a timeout; the '
+               'next refill retries. 0 disables.', 'range': (0.0, 600.0)})
+    diagnostics_period_s: float = field(default=1.0, metadata={
+        'doc': 'Period of the policy status on /diagnostics (s).', 'range': (0.05, 60.0)})
     condition_on: str = field(default='context', metadata={
         'doc': '"context": the planner\'s subtask (else task) from language_context; '
                '"task": the task only (flat policies, e.g. SmolVLA, PI0.5, ACT).',
@@ -60,6 +93,21 @@ class PolicyConfig:
         'doc': 'Infer only while a runtime_status newer than this was received (s).',
         'range': (0.1, 60.0)})
 
+    def __post_init__(self) -> None:
+        head, _, index = self.device.partition(':')
+        if self.device not in ('auto', 'cpu', 'cuda') and not (head == 'cuda'
+                                                               and index.isdigit()):
+            raise ValueError(f"device is {self.device!r}; expected 'auto', 'cpu', 'cuda' or "
+                             "'cuda:<n>'")
+        for entry in self.camera_map:
+            camera, sep, key = entry.partition(':')
+            if entry and not (sep and camera and key):
+                raise ValueError(f'camera_map entry {entry!r} is not "<camera>:<image key>", '
+                                 "e.g. 'front:observation.images.top'")
+            if entry and camera not in self.cameras:
+                raise ValueError(f'camera_map entry {entry!r} names camera {camera!r}, not one '
+                                 f'of cameras {list(self.cameras)}')
+
 
 class PolicyNode(Node):
     """ROS adapter for a policy backend, with refill-driven inference on a worker thread."""
@@ -70,8 +118,11 @@ class PolicyNode(Node):
         super().__init__('policy')
         self.cfg = declare_config(self, PolicyConfig)
         reject_unknown_parameters(self)
-        self.backend = load_backend('policy', self.cfg.backend)(self.cfg)
-        self.action_names = tuple(self.backend.action_names)
+        self.load_error = ''
+        self.load_time_s = 0.0
+        self.backend: Any = None
+        self._load_backend()
+        self.action_names = tuple(self.backend.action_names) if self.backend else ()
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._joints: JointState | None = None
@@ -84,6 +135,13 @@ class PolicyNode(Node):
         self.gate = InferenceGate(self.cfg.max_inference_hz, ACK_TIMEOUT_S)
         self.discarded_in_flight = 0
         self.failures = 0
+        self.timeouts = 0
+        self.inferences = 0
+        self.chunks_published = 0
+        self.last_error = ''
+        self._last_outcome = ''  # 'ok' | 'failed' | 'timeout' of the last inference
+        self._latencies: deque[float] = deque(maxlen=LATENCY_WINDOW)
+        self._infer_started: float | None = None
 
         self._pub = self.create_publisher(ActionChunk, 'action_chunk', qos.COMMAND)
         self.create_subscription(JointState, 'joint_states', self._on_joints, qos.SENSOR)
@@ -100,9 +158,73 @@ class PolicyNode(Node):
         self._thread = threading.Thread(target=self._work, name='policy-inference',
                                         daemon=True)
         self._thread.start()
+        self.diagnostics = DiagnosticsPublisher(self, 'policy', self._diagnostic_status,
+                                                self.cfg.diagnostics_period_s)
+        if self.backend is None:
+            self.diagnostics.publish_now()
+            return
         self.get_logger().info(f'policy ready: backend={self.cfg.backend!r}, horizon='
                                f'{self.cfg.chunk_horizon}, conditioned on '
                                f'{self.cfg.condition_on}, actions {list(self.action_names)}')
+
+    def _load_backend(self) -> None:
+        """Build the backend; a failure is kept (diagnostics) instead of ending the process."""
+        cls = load_backend('policy', self.cfg.backend)  # an unknown name is a parameter error
+        if self.cfg.backend == 'scripted' and not self.cfg.ground_truth_topic:
+            self.load_error = ('the scripted policy is a simulator expert that needs '
+                               'sim/ground_truth, and ground_truth_topic is empty (a real '
+                               'graph); use backend lerobot with model_path')
+            self.get_logger().error(f'policy not loaded: {self.load_error}')
+            return
+        start = time.monotonic()
+        self.get_logger().info(f'loading policy backend {self.cfg.backend!r}'
+                               + (f' from {self.cfg.model_path}' if self.cfg.model_path
+                                  else ''))
+        try:
+            self.backend = cls(self.cfg)
+        except BackendNotFound:
+            raise
+        except Exception as exc:  # noqa: BLE001 - any load failure is reported, not fatal
+            self.load_error = f'{type(exc).__name__}: {exc}'
+            self.get_logger().error(f'policy backend {self.cfg.backend!r} failed to load; the '
+                                    f'node stays up without chunks: {self.load_error}')
+        self.load_time_s = time.monotonic() - start
+        if self.backend is not None:
+            self.get_logger().info(f'policy backend {self.cfg.backend!r} loaded in '
+                                   f'{self.load_time_s:.1f} s')
+
+    def _diagnostic_status(self) -> tuple[str, str, dict[str, Any]]:
+        with self._lock:
+            lat = np.asarray(self._latencies) * 1000.0
+            running = (time.monotonic() - self._infer_started
+                       if self._infer_started is not None else 0.0)
+            values: dict[str, Any] = {
+                'backend': self.cfg.backend, 'model_path': self.cfg.model_path,
+                'load_state': 'failed' if self.backend is None else 'loaded',
+                'load_error': self.load_error, 'load_time_s': self.load_time_s,
+                'inferences': self.inferences, 'chunks_published': self.chunks_published,
+                'failures': self.failures, 'timeouts': self.timeouts,
+                'discarded_in_flight': self.discarded_in_flight,
+                'latency_last_ms': float(lat[-1]) if lat.size else 0.0,
+                'latency_p50_ms': float(np.median(lat)) if lat.size else 0.0,
+                'latency_mean_ms': float(lat.mean()) if lat.size else 0.0,
+                'inference_running_s': running, 'last_error': self.last_error,
+                'actions': ','.join(self.action_names),
+            }
+            outcome = self._last_outcome
+        for attr in ('policy_type', 'device', 'chunk_length'):
+            if hasattr(self.backend, attr):
+                values[attr] = getattr(self.backend, attr)
+        timeout = self.cfg.inference_timeout_s
+        if self.backend is None:
+            return 'error', f'policy not loaded: {self.load_error}', values
+        if timeout > 0 and running > timeout:
+            return 'warn', f'inference running for {running:.1f} s (timeout {timeout} s)', values
+        if outcome == 'failed':
+            return 'warn', f'last inference failed: {self.last_error}', values
+        if outcome == 'timeout':
+            return 'warn', 'last inference exceeded inference_timeout_s', values
+        return 'ok', f'{self.chunks_published} chunks published', values
 
     # --- inputs -------------------------------------------------------------------------
     def _on_joints(self, msg: JointState) -> None:
@@ -140,6 +262,13 @@ class PolicyNode(Node):
 
     def _should_infer(self) -> bool:
         st = self._status
+        if self.backend is None:
+            return False
+        # Cameras the model cannot run without: wait for their first frames instead of
+        # counting start-up as failed inferences.
+        needed = getattr(self.backend, 'required_cameras', ())
+        if needed and not all(self.observations.image(c) is not None for c in needed):
+            return False
         if st is None or self._joints is None:
             return False
         instruction, revision = self._instruction()
@@ -173,14 +302,34 @@ class PolicyNode(Node):
 
     def _infer_and_publish(self, observation: dict[str, Any], instruction: str,
                            revision: int) -> None:
+        start = time.monotonic()
+        with self._lock:
+            self._infer_started = start
         try:
             values = np.asarray(self.backend.infer(observation), dtype=np.float64)
         except Exception as exc:  # noqa: BLE001 - a failed inference is logged, the loop goes on
-            self.failures += 1
+            with self._lock:
+                self._infer_started = None
+                self.failures += 1
+                self._last_outcome = 'failed'
+                self.last_error = f'{type(exc).__name__}: {exc}'
             self.get_logger().error(f'inference failed ({self.failures} so far): '
-                                    f'{type(exc).__name__}: {exc}', throttle_duration_sec=2.0)
+                                    f'{self.last_error}', throttle_duration_sec=2.0)
             return
+        elapsed = time.monotonic() - start
+        timeout = self.cfg.inference_timeout_s
         with self._lock:
+            self._infer_started = None
+            self.inferences += 1
+            self._latencies.append(elapsed)
+            if timeout > 0 and elapsed > timeout:
+                self.timeouts += 1
+                self._last_outcome = 'timeout'
+                self.get_logger().warning(f'inference took {elapsed:.2f} s > inference_timeout_s '
+                                          f'{timeout} s: chunk discarded ({self.timeouts} so '
+                                          'far)', throttle_duration_sec=2.0)
+                return
+            self._last_outcome = 'ok'
             current = self._instruction()
             if current[1] != revision:
                 self.discarded_in_flight += 1
@@ -196,6 +345,8 @@ class PolicyNode(Node):
             self.gate.published(self._sequence, time.monotonic())
         try:
             self._pub.publish(msg)
+            with self._lock:
+                self.chunks_published += 1
         except _rclpy.RCLError as exc:  # DDS refused the write: the next refill retries
             if not self.context.ok():
                 return

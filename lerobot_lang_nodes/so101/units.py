@@ -159,3 +159,31 @@ class JointConverter:
                                f'{sorted(values)}')
             out[k] = lerobot_to_radians(float(values[key]), self.calibration[j], self.modes[j])
         return out
+
+
+
+def nominal_calibration(lower_rad: Sequence[float], upper_rad: Sequence[float],
+                        centre_step: float = MAX_STEP / 2
+                        ) -> tuple[dict[str, MotorCalibration], np.ndarray]:
+    """A calibration whose ranges span the given joint limits (JOINT_NAMES order), for a model
+    of the arm without a calibration file (the simulator).
+
+    Returns ``(calibration, zero_rad)``. The calibration's joint zero is the middle of each
+    range, as on a calibrated arm; a model whose limits are not centred on its own zero (the
+    MJCF gripper: -10..100 degrees) is brought to that convention by subtracting ``zero_rad``
+    (the range centres) from its radians before converting, and adding it back after. LeRobot's
+    -100..100 and 0..100 units then span exactly the model's limits.
+    """
+    lower = np.asarray(lower_rad, dtype=float)
+    upper = np.asarray(upper_rad, dtype=float)
+    if lower.shape != (len(JOINT_NAMES),) or upper.shape != lower.shape or not np.all(
+            lower < upper):
+        raise ValueError(f'nominal_calibration needs {len(JOINT_NAMES)} lower < upper limits '
+                         f'(radians, {list(JOINT_NAMES)}); got {lower_rad!r}, {upper_rad!r}')
+    half_steps = np.minimum((upper - lower) / 2 / RAD_PER_STEP, centre_step)
+    out = {}
+    for i, joint in enumerate(JOINT_NAMES):
+        out[joint] = MotorCalibration(id=i + 1, drive_mode=0, homing_offset=0,
+                                      range_min=int(round(centre_step - half_steps[i])),
+                                      range_max=int(round(centre_step + half_steps[i])))
+    return out, (lower + upper) / 2

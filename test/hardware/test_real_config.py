@@ -29,8 +29,19 @@ def write(tmp_path, data) -> object:
     return p
 
 
+def checkpoint_dir(tmp_path) -> Path:
+    """Only what the bring-up checks up front; the policy node loads the rest."""
+    ckpt = tmp_path / 'pretrained_model'
+    ckpt.mkdir(exist_ok=True)
+    (ckpt / 'config.json').write_text('{"type": "act"}')
+    return ckpt
+
+
 def test_params_file_merges_robot_into_real_defaults(tmp_path) -> None:
-    out = real_config.params_file_from_robot_yaml(write(tmp_path, ROBOT),
+    checkpoint_dir(tmp_path)
+    robot = {**ROBOT, 'policy': {'path': 'pretrained_model', 'device': 'cpu',
+                                 'camera_map': {'front': 'observation.images.top'}}}
+    out = real_config.params_file_from_robot_yaml(write(tmp_path, robot),
                                                   graph.default_params_file('real'))
     text = out.read_text()
     out.unlink()
@@ -46,6 +57,29 @@ def test_params_file_merges_robot_into_real_defaults(tmp_path) -> None:
     assert params['wrist_camera']['ros__parameters']['source'] == '/dev/video2'
     assert 'camera' not in params
     assert params['planner']['ros__parameters']['cameras'] == ['front', 'wrist']
+    policy = params['policy']['ros__parameters']
+    assert policy['backend'] == 'lerobot' and policy['ground_truth_topic'] == ''
+    assert policy['model_path'] == str(tmp_path / 'pretrained_model')  # next to the robot YAML
+    assert policy['device'] == 'cpu' and policy['camera_map'] == ['front:observation.images.top']
+    # The policy converts joint states with the driver's calibration.
+    assert policy['calibration_id'] == 'arm1' and policy['calibration_path'] == ''
+
+
+def test_real_graph_needs_a_policy_checkpoint_and_refuses_the_scripted_expert(tmp_path) -> None:
+    defaults = graph.default_params_file('real')
+    with pytest.raises(real_config.RobotConfigError, match='no policy checkpoint is set'):
+        real_config.params_file_from_robot_yaml(write(tmp_path, ROBOT), defaults)
+    robot = {**ROBOT, 'policy': {'path': str(tmp_path / 'nowhere')}}
+    with pytest.raises(real_config.RobotConfigError, match='nowhere is not a LeRobot checkpoint'):
+        real_config.params_file_from_robot_yaml(write(tmp_path, robot), defaults)
+    scripted = yaml.safe_load(defaults.read_text())
+    scripted['policy']['ros__parameters']['backend'] = 'scripted'
+    params = tmp_path / 'scripted.yaml'
+    params.write_text(yaml.safe_dump(scripted))
+    robot = {**ROBOT, 'policy': {'path': str(checkpoint_dir(tmp_path))}}
+    with pytest.raises(real_config.RobotConfigError,
+                       match='policy backend is scripted, a simulator expert'):
+        real_config.params_file_from_robot_yaml(write(tmp_path, robot), params)
 
 
 def test_camera_info_url_is_checked_and_resolved_next_to_the_robot_yaml(tmp_path) -> None:
@@ -75,6 +109,9 @@ def test_example_robot_yaml_is_valid() -> None:
      "'safety.max_relative_target_rad.elbow'"),
     ({'safety': {'timeout': 1}}, "'safety.timeout'"),
     ({'prot': 'x'}, "'prot'"),
+    ({'policy': {'pth': 'x'}}, "'policy.pth'"),
+    ({'policy': {'path': ''}}, "'policy.path'"),
+    ({'policy': {'path': 'x', 'camera_map': 3}}, "'policy.camera_map'"),
 ])
 def test_validation_errors_name_the_field(tmp_path, change, field) -> None:
     with pytest.raises(real_config.RobotConfigError, match=field):

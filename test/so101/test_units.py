@@ -8,6 +8,7 @@ from hypothesis import given, strategies as st
 import numpy as np
 import pytest
 
+from lerobot_lang_nodes.so101 import units
 from lerobot_lang_nodes.so101.calibration import JOINT_NAMES, MotorCalibration
 from lerobot_lang_nodes.so101.units import (
     JointConverter,
@@ -115,3 +116,26 @@ def test_joint_converter_vectorised_and_lerobot_dicts() -> None:
     assert np.allclose(conv.lower_rad, conv.radians_from_steps(conv.min_steps))
     with pytest.raises(KeyError, match='shoulder_lift'):
         conv.from_lerobot({'shoulder_pan.pos': 0.0})
+
+
+
+def test_nominal_calibration_spans_the_given_joint_limits() -> None:
+    lower = np.array([-1.9, -1.7, -1.6, -1.6, -2.74, -0.17])
+    upper = np.array([1.9, 1.7, 1.6, 1.6, 2.84, 1.75])
+    cal, zero = units.nominal_calibration(lower, upper)
+    assert np.allclose(zero, (lower + upper) / 2)
+    conv = JointConverter(cal, use_degrees=False)
+    # Within a step of the limits once shifted by the range centres; -100..100 (arm) and
+    # 0..100 (gripper) end at the limits.
+    assert np.allclose(conv.lower_rad + zero, lower, atol=units.RAD_PER_STEP)
+    assert np.allclose(conv.upper_rad + zero, upper, atol=units.RAD_PER_STEP)
+    lo = conv.to_lerobot(lower - zero)
+    hi = conv.to_lerobot(upper - zero)
+    assert lo['shoulder_pan.pos'] == pytest.approx(-100, abs=0.1)
+    assert hi['wrist_roll.pos'] == pytest.approx(100, abs=0.1)
+    assert lo['gripper.pos'] == pytest.approx(0, abs=0.1)
+    assert hi['gripper.pos'] == pytest.approx(100, abs=0.1)
+    q = (lower + upper) / 2 + 0.1
+    assert np.allclose(conv.from_lerobot(conv.to_lerobot(q - zero)) + zero, q, atol=1e-9)
+    with pytest.raises(ValueError, match='lower < upper'):
+        units.nominal_calibration(upper, lower)

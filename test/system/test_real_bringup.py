@@ -4,8 +4,8 @@ The emulator runs in a child process of the test (EmulatorProcess: a ServoBusEmu
 at a --link path), whose proxy reads the servos' Torque_Enable registers after the bring-up
 stops; the bring-up runs as the user starts it (own session, output to a file) with the
 shipped robot.example.yaml edited to the emulator's port, a calibration JSON written by the
-so101 calibration helpers and two synthetic:square cameras. Everything is observed over DDS
-with the probe.
+so101 calibration helpers, two synthetic:square cameras and a tiny LeRobot ACT checkpoint as the
+policy. Everything is observed over DDS with the probe.
 """
 
 from __future__ import annotations
@@ -17,30 +17,46 @@ import sys
 from pathlib import Path
 
 import yaml
+import pytest
 from sensor_msgs.msg import Image, JointState
+from std_msgs.msg import String
 from std_srvs.srv import Trigger
 
-from lerobot_lang_msgs.msg import RuntimeStatus
+from lerobot_lang_msgs.msg import ActionChunk, RuntimeStatus
 from lerobot_lang_nodes import paths
 from lerobot_lang_nodes.nodes import qos
 from lerobot_lang_nodes.so101.calibration import JOINT_NAMES, MotorCalibration, save_calibration
+from lerobot_lang_nodes.so101.units import RAD_PER_STEP
 from lerobot_lang_nodes.testing import (
     child_pids,
     EmulatorProcess,
     process_gone,
+    require_ml,
     stop_popen,
     wait_until,
 )
 
+require_ml('torch', 'lerobot')
+
+from lerobot_lang_nodes.tiny_models.policies import build_tiny_act  # noqa: E402
+
 CAMERAS = ('front', 'wrist')
 IDS = range(1, 7)
 WAIT_S = 30.0  # five node processes starting on two loaded cores
+POLICY_WAIT_S = 120.0  # the policy process imports torch and LeRobot and loads the checkpoint
+CHUNK = 10
 
 
-def _write_robot_yaml(tmp: Path, port: Path, calibration: Path) -> Path:
+@pytest.fixture(scope='module')
+def act_checkpoint(tmp_path_factory) -> Path:
+    return build_tiny_act(tmp_path_factory.mktemp('ckpt') / 'act', chunk_size=CHUNK)
+
+
+def _write_robot_yaml(tmp: Path, port: Path, calibration: Path, checkpoint: Path) -> Path:
     robot = yaml.safe_load(paths.config_path('robot.example.yaml').read_text())
     robot['port'] = str(port)
     robot['calibration'] = {'path': str(calibration)}
+    robot['policy'] = {'path': str(checkpoint)}
     robot['cameras'] = {name: {'source': 'synthetic:square', 'width': 160, 'height': 120,
                                'fps': 15} for name in CAMERAS}
     out = tmp / 'robot.yaml'
@@ -48,16 +64,17 @@ def _write_robot_yaml(tmp: Path, port: Path, calibration: Path) -> Path:
     return out
 
 
-def test_real_bringup_against_the_emulator(tmp_path, probe) -> None:
+def test_real_bringup_against_the_emulator(tmp_path, probe, act_checkpoint) -> None:
     emu = EmulatorProcess(IDS, link=tmp_path / 'so101').start()
     cal = tmp_path / 'so101_follower.json'
     save_calibration({j: MotorCalibration(i + 1, 0, 0, 0 if j == 'wrist_roll' else 1000,
                                           4095 if j == 'wrist_roll' else 3000)
                       for i, j in enumerate(JOINT_NAMES)}, path=cal)
-    robot_yaml = _write_robot_yaml(tmp_path, Path(emu.port), cal)
+    robot_yaml = _write_robot_yaml(tmp_path, Path(emu.port), cal, act_checkpoint)
     joints = probe.subscribe(JointState, '/joint_states', qos.SENSOR)
     images = {c: probe.subscribe(Image, f'/cameras/{c}/image_raw', qos.SENSOR) for c in CAMERAS}
     status = probe.subscribe(RuntimeStatus, '/runtime_status', qos.STATUS)
+    chunks = probe.subscribe(ActionChunk, '/action_chunk', qos.COMMAND)
     log = tmp_path / 'real.log'
     with log.open('w') as out:
         proc = subprocess.Popen([sys.executable, '-m', 'lerobot_lang_nodes.cli.main', 'real',
@@ -89,6 +106,24 @@ def test_real_bringup_against_the_emulator(tmp_path, probe) -> None:
         status.messages.clear()
         status.wait_for(lambda s: s.mode == 'action', timeout_s=WAIT_S,
                         what='runtime_status in mode action after /resume')
+        # The LeRobot checkpoint drives the driver: its chunks are accepted and dispatched, and
+        # every goal written stays inside the calibrated range and max_relative_target.
+        emu.goal_writes(clear=True)
+        probe.publisher(String, '/task', qos.LATCHED).publish(
+            String(data='put the red cube in the bowl'))
+        chunk = chunks.wait_for(timeout_s=POLICY_WAIT_S, what='a chunk from the lerobot policy')
+        alive()
+        assert chunk.backend == 'lerobot' and list(chunk.action_names) == list(JOINT_NAMES)
+        assert chunk.horizon == CHUNK
+        st = status.wait_for(lambda s: s.last_accepted_sequence >= 2 and s.dispatched >= CHUNK,
+                             timeout_s=WAIT_S, what='lerobot chunks accepted and dispatched')
+        assert st.rejected_invalid == 0, st.last_reject_reason
+        writes = wait(lambda: emu.goal_writes(), 'goal positions written to the servos')
+        max_step = 0.35 / RAD_PER_STEP + 1  # robot.example.yaml's max_relative_target_rad
+        for w in writes:
+            lo, hi = (0, 4095) if w.servo_id == 5 else (1000, 3000)
+            assert lo <= w.goal <= hi, w
+            assert abs(w.goal - w.present) <= max_step, w
         # driver, front_camera, wrist_camera, planner, policy (no viewer)
         kids = wait(lambda: [k for k in [child_pids(proc.pid)] if len(k) == 5],
                     'five node processes')[0]

@@ -1,0 +1,368 @@
+"""`lerobot` policy: a LeRobot pretrained policy directory run through LeRobot's own classes.
+
+Loading follows lerobot-rollout: ``PreTrainedConfig.from_pretrained`` -> the factory's
+``get_policy_class(type).from_pretrained`` -> ``make_pre_post_processors(pretrained_path=...)``
+(the checkpoint's saved normalisation statistics and steps). Each inference builds the frame a
+LeRobot robot loop builds (``observation.state`` in the checkpoint's SO-101 units,
+``observation.images.<key>`` as HWC uint8), passes it through
+``prepare_observation_for_inference`` and the preprocessor, predicts a chunk and unnormalises
+it with the postprocessor; the actions are then converted back to radians.
+
+Only this module imports torch / lerobot, and only when the backend is constructed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+import contextlib
+import logging
+import math
+from pathlib import Path
+import threading
+from typing import Any
+
+import numpy as np
+
+from lerobot_lang_nodes.so101 import units
+from lerobot_lang_nodes.so101.calibration import Calibration, JOINT_NAMES, load_calibration
+
+logger = logging.getLogger(__name__)
+
+IMAGE_PREFIX = 'observation.images.'
+STATE_KEY = 'observation.state'
+ACTION_KEY = 'action'
+REQUIRED_FILES = ('config.json', 'model.safetensors', 'policy_preprocessor.json',
+                  'policy_postprocessor.json')
+STATE_UNITS = ('degrees', 'range_m100_100')
+DTYPES = ('auto', 'float32', 'bfloat16', 'float16')
+# LeRobot >= 0.5 names the SO-100/101 follower robot type `so_follower`.
+ROBOT_TYPE = 'so_follower'
+
+
+class PolicyLoadError(RuntimeError):
+    """The checkpoint cannot be loaded or cannot run on this graph; the message says why."""
+
+
+def parse_camera_map(entries: Sequence[str], cameras: Sequence[str]) -> dict[str, str]:
+    """'ros_camera:checkpoint_key' entries -> {camera: 'observation.images.<key>'}.
+
+    A key without the ``observation.images.`` prefix gets it. Cameras without an entry map to
+    ``observation.images.<camera>`` (identity). Empty entries are skipped.
+    """
+    out = {c: IMAGE_PREFIX + c for c in cameras}
+    for entry in entries:
+        if not entry:  # ROS has no empty string array literal: [''] means no entries
+            continue
+        camera, sep, key = entry.partition(':')
+        if not sep or not camera or not key:
+            raise ValueError(f'camera_map entry {entry!r} is not "<ros camera>:<checkpoint '
+                             "image key>\", e.g. 'front:observation.images.top'")
+        if camera not in cameras:
+            raise ValueError(f'camera_map entry {entry!r} names camera {camera!r}, which is not '
+                             f'in cameras {list(cameras)}; add it there or fix the entry')
+        out[camera] = key if key.startswith(IMAGE_PREFIX) else IMAGE_PREFIX + key
+    return out
+
+
+def check_device(device: str) -> None:
+    """Raise ValueError unless device is cpu, cuda, cuda:<n> or auto."""
+    head, _, index = device.partition(':')
+    if device in ('cpu', 'cuda', 'auto') or (head == 'cuda' and index.isdigit()):
+        return
+    raise ValueError(f"device {device!r} is not one of 'auto', 'cpu', 'cuda', 'cuda:<n>'")
+
+
+def joint_order(action_feature_names: Sequence[str] | None) -> tuple[str, ...]:
+    """The joint order of the checkpoint's state/action vectors.
+
+    The checkpoint's declared action names ('shoulder_pan.pos', ...) when it has them, else
+    LeRobot's SO-101 motor order.
+    """
+    if not action_feature_names:
+        return JOINT_NAMES
+    names = tuple(n.removesuffix('.pos') for n in action_feature_names)
+    if sorted(names) != sorted(JOINT_NAMES):
+        raise PolicyLoadError(f'the checkpoint declares action names {list(action_feature_names)}'
+                              f'; expected the six SO-101 joints {list(JOINT_NAMES)} (with or '
+                              "without '.pos') in any order")
+    return names
+
+
+def check_files(path: Path) -> None:
+    """Raise PolicyLoadError naming what a checkpoint directory lacks."""
+    if not path.exists():
+        raise PolicyLoadError(f'policy checkpoint directory {path} does not exist; set '
+                              'model_path to a LeRobot pretrained_model directory (it holds '
+                              f'{list(REQUIRED_FILES)})')
+    if not path.is_dir():
+        raise PolicyLoadError(f'policy model_path {path} is not a directory; give the '
+                              f'pretrained_model directory holding {list(REQUIRED_FILES)}')
+    missing = [f for f in REQUIRED_FILES if not (path / f).is_file()]
+    if missing:
+        raise PolicyLoadError(f'policy checkpoint {path} lacks {missing}; a LeRobot checkpoint '
+                              f'(save_pretrained of the policy and of its pre/post-processors) '
+                              f'holds {list(REQUIRED_FILES)}')
+
+
+def check_features(path: Path, policy_type: str, input_features: Mapping[str, Any],
+                   output_features: Mapping[str, Any], camera_keys: Mapping[str, str],
+                   n_joints: int = len(JOINT_NAMES)) -> None:
+    """Refuse a checkpoint whose features this graph cannot feed or execute.
+
+    ``*_features`` map a key to an object with ``type`` (a FeatureType or its name) and
+    ``shape``; ``camera_keys`` is the camera -> image key map of the graph.
+    """
+    def kind(ft: Any) -> str:
+        return str(getattr(ft.type, 'value', ft.type))
+
+    offered = set(camera_keys.values()) | {STATE_KEY}
+    problems = []
+    for key, ft in input_features.items():
+        if kind(ft) == 'VISUAL':
+            if key not in offered:
+                problems.append(f'image {key!r} is fed by no camera')
+        elif kind(ft) == 'STATE':
+            if key != STATE_KEY:
+                problems.append(f'state {key!r} is not {STATE_KEY!r}')
+            elif tuple(ft.shape) != (n_joints,):
+                problems.append(f'{key} has shape {list(ft.shape)}, the arm has {n_joints} '
+                                'joints')
+        else:
+            problems.append(f'input {key!r} of type {kind(ft)} has no ROS source')
+    actions = {k: ft for k, ft in output_features.items() if kind(ft) == 'ACTION'}
+    if list(actions) != [ACTION_KEY]:
+        problems.append(f'outputs {sorted(output_features)}; expected one {ACTION_KEY!r}')
+    elif tuple(actions[ACTION_KEY].shape) != (n_joints,):
+        problems.append(f'action has shape {list(actions[ACTION_KEY].shape)}, the arm has '
+                        f'{n_joints} joint targets')
+    if problems:
+        expects = {k: f'{kind(ft)} {list(ft.shape)}'
+                   for k, ft in {**input_features, **output_features}.items()}
+        cams = ', '.join(f'{c} -> {k}' for c, k in camera_keys.items()) or 'no cameras'
+        raise PolicyLoadError(
+            f'checkpoint {path} ({policy_type}) cannot run on this graph: '
+            f"{'; '.join(problems)}. It expects {expects}; the graph offers cameras [{cams}], "
+            f'{STATE_KEY} [{n_joints}] (SO-101 joints) and action [{n_joints}]. Map cameras '
+            "with camera_map ('<camera>:<image key>') and cameras, or use a checkpoint trained "
+            'on an SO-101')
+
+
+def nominal_sim_calibration() -> tuple[Calibration, np.ndarray]:
+    """The calibration the simulator stands for, from its MJCF joint ranges (needs MuJoCo),
+    and the radians of each range centre (see units.nominal_calibration)."""
+    from lerobot_lang_nodes.sim.scene import JOINT_NAMES as SIM_JOINTS
+    from lerobot_lang_nodes.sim.scene import SceneConfig, build_model
+    model = build_model(SceneConfig())
+    rng = model.jnt_range[[model.joint(n).id for n in SIM_JOINTS]]
+    ranges = dict(zip(SIM_JOINTS, rng))
+    return units.nominal_calibration([ranges[j][0] for j in JOINT_NAMES],
+                                     [ranges[j][1] for j in JOINT_NAMES])
+
+
+class StateUnits:
+    """Radians <-> the checkpoint's LeRobot units for the joints in ``order``."""
+
+    def __init__(self, calibration: Calibration, state_units: str,
+                 order: Sequence[str] = JOINT_NAMES,
+                 zero_rad: Sequence[float] | None = None) -> None:
+        if state_units not in STATE_UNITS:
+            raise ValueError(f'state_units {state_units!r} is not one of {list(STATE_UNITS)}')
+        self.order = tuple(order)
+        self._conv = units.JointConverter(calibration, use_degrees=state_units == 'degrees')
+        # Radians of the calibrated joint zero (JOINT_NAMES order): 0 on a calibrated arm.
+        self._zero = np.zeros(len(JOINT_NAMES)) if zero_rad is None else np.asarray(
+            zero_rad, dtype=np.float64)
+
+    def to_lerobot(self, radians: Sequence[float]) -> np.ndarray:
+        """Radians (``order``) -> LeRobot units (``order``)."""
+        by_name = dict(zip(self.order, radians))
+        values = self._conv.to_lerobot(np.array([by_name[j] for j in JOINT_NAMES]) - self._zero)
+        return np.array([values[f'{j}.pos'] for j in self.order], dtype=np.float64)
+
+    def to_radians(self, values: np.ndarray) -> np.ndarray:
+        """(..., n) LeRobot units (``order``) -> radians (``order``)."""
+        flat = np.asarray(values, dtype=np.float64).reshape(-1, len(self.order))
+        out = np.empty_like(flat)
+        for i, row in enumerate(flat):
+            rad = self._conv.from_lerobot(dict(zip(self.order, row))) + self._zero
+            out[i] = rad[[JOINT_NAMES.index(j) for j in self.order]]
+        return out.reshape(np.shape(values))
+
+
+class LeRobotPolicy:
+    """Policy backend for any LeRobot-registered policy type (ACT, Diffusion, SmolVLA, PI0...)."""
+
+    def __init__(self, cfg: Any) -> None:
+        self.model_path = Path(str(cfg.model_path)).expanduser()
+        if not str(cfg.model_path):
+            raise PolicyLoadError('no policy checkpoint set: the lerobot backend needs '
+                                  'model_path (a LeRobot pretrained_model directory)')
+        check_files(self.model_path)
+        cameras = tuple(getattr(cfg, 'cameras', ()))
+        try:
+            self.camera_keys = parse_camera_map(tuple(getattr(cfg, 'camera_map', ())), cameras)
+            check_device(str(getattr(cfg, 'device', 'auto')))
+        except ValueError as exc:
+            raise PolicyLoadError(str(exc)) from exc
+        import torch
+        from lerobot.configs.policies import PreTrainedConfig
+        from lerobot.policies.factory import get_policy_class, make_pre_post_processors
+        from lerobot.policies.utils import prepare_observation_for_inference
+        self._torch = torch
+        self._prepare = prepare_observation_for_inference
+        device = str(getattr(cfg, 'device', 'auto'))
+        if device == 'auto':
+            device = 'cuda' if torch.cuda.is_available() else 'cpu'
+        self.device = torch.device(device)
+        try:
+            config = PreTrainedConfig.from_pretrained(self.model_path)
+        except Exception as exc:  # noqa: BLE001 - draccus / JSON raise many types
+            raise PolicyLoadError(f'{self.model_path / "config.json"} is not a LeRobot policy '
+                                  f'config ({type(exc).__name__}: {exc})') from exc
+        self.policy_type = str(config.type)
+        self.order = joint_order(getattr(config, 'action_feature_names', None))
+        self.action_names = self.order
+        check_features(self.model_path, self.policy_type, config.input_features,
+                       config.output_features, self.camera_keys)
+        self.image_shapes = {k: tuple(ft.shape) for k, ft in config.input_features.items()
+                             if k.startswith(IMAGE_PREFIX)}
+        self.uses_state = STATE_KEY in config.input_features
+        # The node starts inferring only once each of these has delivered a frame.
+        self.required_cameras = tuple(c for c, k in self.camera_keys.items()
+                                      if k in self.image_shapes)
+        config.device = str(self.device)
+        config.pretrained_path = str(self.model_path)
+        dtype = str(getattr(cfg, 'dtype', 'auto'))
+        if dtype not in DTYPES:
+            raise PolicyLoadError(f'dtype {dtype!r} is not one of {list(DTYPES)}')
+        try:
+            policy = get_policy_class(self.policy_type).from_pretrained(self.model_path,
+                                                                        config=config)
+            # Reduced precision as lerobot-rollout's use_amp: autocast around the model, since
+            # several policies build float32 tensors inside forward (ACT's latent).
+            self._dtype = None if dtype in ('auto', 'float32') else getattr(torch, dtype)
+            self.preprocessor, self.postprocessor = make_pre_post_processors(
+                config, pretrained_path=str(self.model_path),
+                preprocessor_overrides={'device_processor': {'device': str(self.device)}})
+        except PolicyLoadError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - safetensors / torch / lerobot raise many
+            raise PolicyLoadError(f'loading the {self.policy_type} checkpoint {self.model_path} '
+                                  f'failed: {type(exc).__name__}: {exc}') from exc
+        policy.eval()
+        self.policy = policy
+        self.config = config
+        # A policy with an observation history (Diffusion's n_obs_steps > 1) keeps it in the
+        # queues select_action fills; its chunk comes from select_action, as lerobot-rollout
+        # drives it. Others give the chunk directly.
+        self.n_obs_steps = int(getattr(config, 'n_obs_steps', 1) or 1)
+        self.chunk_length = int(getattr(config, 'n_action_steps', 0)
+                                or getattr(config, 'chunk_size', 1) or 1)
+        self._use_chunk_method = (self.n_obs_steps == 1
+                                  and hasattr(policy, 'predict_action_chunk'))
+        calibration, zero = self._calibration(cfg)
+        self.units = StateUnits(calibration, str(getattr(cfg, 'state_units', 'degrees')),
+                                self.order, zero)
+        self._instruction: str | None = None
+        self._lock = threading.Lock()  # one inference at a time on one model
+        self._warned_aspect: set[str] = set()
+        logger.info('loaded %s checkpoint %s on %s: chunk %d actions, inputs %s',
+                    self.policy_type, self.model_path, self.device, self.chunk_length,
+                    sorted(config.input_features))
+
+    @staticmethod
+    def _calibration(cfg: Any) -> tuple[Calibration, np.ndarray | None]:
+        """The arm's calibration file; without one, the simulator's nominal calibration."""
+        cal_id = str(getattr(cfg, 'calibration_id', '') or '')
+        cal_path = str(getattr(cfg, 'calibration_path', '') or '')
+        if cal_id or cal_path:
+            try:
+                return load_calibration(cal_id or None, cal_path or None), None
+            except Exception as exc:  # noqa: BLE001 - CalibrationError with its own message
+                raise PolicyLoadError(str(exc)) from exc
+        return nominal_sim_calibration()
+
+    # --- inference ----------------------------------------------------------------------
+    def frame(self, observation: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        """The LeRobot observation frame (state in checkpoint units, HWC uint8 images)."""
+        frame: dict[str, np.ndarray] = {}
+        if self.uses_state:
+            names = list(observation['joint_names'])
+            positions = np.asarray(observation['joint_positions'], dtype=np.float64)
+            missing = [j for j in self.order if j not in names]
+            if missing:
+                raise ValueError(f'joint_states lacks {missing}; got {names}')
+            rad = positions[[names.index(j) for j in self.order]]
+            frame[STATE_KEY] = self.units.to_lerobot(rad).astype(np.float32)
+        images = observation.get('images') or {}
+        for camera, key in self.camera_keys.items():
+            if key not in self.image_shapes:
+                continue
+            img = images.get(camera)
+            if img is None:
+                raise ValueError(f'no image yet from camera {camera!r} (checkpoint key {key})')
+            frame[key] = np.ascontiguousarray(img)
+        return frame
+
+    def _resize(self, batch: dict[str, Any]) -> None:
+        """Bring each image to the checkpoint's declared (C, H, W) (bilinear, antialiased)."""
+        torch = self._torch
+        for key, (_, h, w) in self.image_shapes.items():
+            img = batch[key]
+            if tuple(img.shape[-2:]) == (h, w):
+                continue
+            src_h, src_w = img.shape[-2:]
+            if key not in self._warned_aspect and not math.isclose(src_w / src_h, w / h,
+                                                                   rel_tol=0.02):
+                self._warned_aspect.add(key)
+                logger.warning('%s: camera frames are %dx%d, the checkpoint expects %dx%d '
+                               '(another aspect ratio); they are stretched', key, src_w, src_h,
+                               w, h)
+            batch[key] = torch.nn.functional.interpolate(img, size=(h, w), mode='bilinear',
+                                                         antialias=True, align_corners=False)
+
+    def infer_lerobot_units(self, observation: Mapping[str, Any]) -> np.ndarray:
+        """(H, n) actions in the checkpoint's units, joint order ``order``."""
+        torch = self._torch
+        instruction = str(observation.get('instruction') or '')
+        frame = self.frame(observation)
+        with self._lock, torch.inference_mode():
+            if instruction != self._instruction:
+                self.reset()
+                self._instruction = instruction
+            batch = self._prepare(frame, self.device, instruction, ROBOT_TYPE)
+            self._resize(batch)
+            batch = self.preprocessor(batch)
+            amp = (torch.autocast(device_type=self.device.type, dtype=self._dtype)
+                   if self._dtype is not None else contextlib.nullcontext())
+            with amp:
+                if self._use_chunk_method:
+                    actions = self.policy.predict_action_chunk(batch)[:, :self.chunk_length]
+                else:
+                    # select_action fills the observation history and generates a whole chunk
+                    # at its first call; the rest of the chunk is popped from its action queue.
+                    steps = [self.policy.select_action(batch) for _ in range(self.chunk_length)]
+                    actions = torch.stack(steps, dim=1)
+            actions = self.postprocessor(actions.float())
+        out = actions.detach().to('cpu', torch.float32).numpy()
+        return out.reshape(-1, out.shape[-1])
+
+    def infer(self, observation: Mapping[str, Any]) -> np.ndarray:
+        """(H, 6) joint targets in radians, columns ``action_names``."""
+        return self.units.to_radians(self.infer_lerobot_units(observation))
+
+    def reset(self) -> None:
+        """Forget the episode state (history queues, ensembles): at every instruction change."""
+        self.policy.reset()
+        self.preprocessor.reset()
+        self.postprocessor.reset()
+
+    def close(self) -> None:
+        """Drop the model (and the CUDA cache it held)."""
+        self.policy = None
+        if self.device.type == 'cuda':
+            self._torch.cuda.empty_cache()
+
+
+__all__ = ['LeRobotPolicy', 'PolicyLoadError', 'StateUnits', 'check_features',
+           'joint_order', 'nominal_sim_calibration', 'parse_camera_map']
