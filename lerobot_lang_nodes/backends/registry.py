@@ -11,6 +11,8 @@ import importlib
 BACKENDS: dict[str, dict[str, str]] = {
     'planner': {
         'scripted': 'lerobot_lang_nodes.backends.planners.scripted:ScriptedPlanner',
+        'transformers': 'lerobot_lang_nodes.backends.planners.transformers_planner:'
+                        'TransformersPlanner',
     },
     'policy': {
         'scripted': 'lerobot_lang_nodes.backends.policies.scripted:ScriptedSimExpert',

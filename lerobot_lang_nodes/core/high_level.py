@@ -7,13 +7,20 @@ Generator calls are serialised by a lock, since one model may serve several call
 A generation that took long is applied only if the language context did not change while it
 ran (``expected_revision``): a subtask computed for the previous task must not overwrite the
 new task's context.
+
+A generator signals a generation that hit its time limit by raising ``TimeoutError``: it is
+counted in ``timeouts[kind]`` as well as in ``failures[kind]``. ``stats()`` gathers every
+counter (and the generation latency per kind) for the node's diagnostics.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import statistics
 import threading
+import time
+from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
@@ -25,6 +32,7 @@ from .language import LanguageState, RegenThrottle, split_say
 logger = logging.getLogger(__name__)
 
 KINDS = ('subtask', 'memory', 'interjection', 'vqa')
+LATENCY_WINDOW = 100  # generations per kind kept for the latency statistics
 
 
 @runtime_checkable
@@ -70,12 +78,16 @@ class HighLevelPlanner:
     """Throttled subtask/memory regeneration plus interjection and VQA handling."""
 
     def __init__(self, generator: TextGenerator, state: LanguageState | None = None,
-                 cfg: HighLevelConfig | None = None) -> None:
+                 cfg: HighLevelConfig | None = None,
+                 templates: prompts.PromptTemplates | None = None) -> None:
         self.generator = generator
         self.state = state if state is not None else LanguageState()
         self.cfg = cfg or HighLevelConfig()
+        self.templates = templates or prompts.DEFAULT_TEMPLATES
         self.throttle = RegenThrottle(self.cfg.chunks_per_regen, self.cfg.high_level_hz)
         self.failures: dict[str, int] = {}
+        self.timeouts: dict[str, int] = {}
+        self.latency_s: dict[str, deque[float]] = {}  # the last LATENCY_WINDOW per kind
         self.discarded: dict[str, int] = {}  # generations dropped because the context moved
         self.last_raw: dict[str, str] = {}
         self.last_outcome = ''
@@ -123,7 +135,9 @@ class HighLevelPlanner:
             if not snap.task:
                 self.last_outcome = 'skipped'
                 return self.last_outcome
-            text = self._generate('subtask', prompts.subtask_messages(snap.task), observation)
+            messages = prompts.subtask_messages(snap.task, snap.plan, snap.memory, snap.subtask,
+                                                snap.prior_subtask, self.templates)
+            text = self._generate('subtask', messages, observation)
             if text is None:
                 self.last_outcome = 'failed'
                 return self.last_outcome
@@ -138,7 +152,8 @@ class HighLevelPlanner:
 
     def _regenerate_memory(self, observation: Mapping | None) -> None:
         snap = self.state.snapshot()
-        messages = prompts.memory_messages(snap.task, snap.memory, snap.prior_subtask)
+        messages = prompts.memory_messages(snap.task, snap.memory, snap.prior_subtask,
+                                           self.templates)
         text = self._generate('memory', messages, observation)
         if text is None:
             return
@@ -160,7 +175,8 @@ class HighLevelPlanner:
             return '', ''
         with self._gen_lock:
             snap = self.state.snapshot()
-            messages = prompts.interjection_messages(snap.task, text.strip())
+            messages = prompts.interjection_messages(snap.task, text.strip(), snap.plan,
+                                                     self.templates)
             out = self._generate('interjection', messages, observation)
             if out is None:
                 return '', ''
@@ -177,8 +193,8 @@ class HighLevelPlanner:
                    observation: Mapping | None = None) -> str:
         """Answer a question about ``image``; '' on failure or empty output (counted)."""
         with self._gen_lock:
-            out = self._generate('vqa', prompts.vqa_messages(question, image, camera),
-                                 observation)
+            out = self._generate('vqa', prompts.vqa_messages(question, image, camera,
+                                                             self.templates), observation)
         if out is None:
             return ''
         answer = out.strip()
@@ -189,13 +205,23 @@ class HighLevelPlanner:
     def _generate(self, kind: str, messages: list[dict], observation: Mapping | None
                   ) -> str | None:
         """Call the generator; None (and a counted failure) when it raised or returned junk."""
+        start = time.monotonic()
         try:
             out = self.generator.generate(kind, messages, observation)
+        except TimeoutError as exc:
+            self._note_latency(kind, start)
+            self._count(self.failures, kind)
+            self._count(self.timeouts, kind)
+            logger.warning('%s generation timed out (%s timeouts in total): %s', kind,
+                           self.timeouts[kind], exc)
+            return None
         except Exception as exc:  # noqa: BLE001 - generation failures must not stop the loop
+            self._note_latency(kind, start)
             self._count(self.failures, kind)
             logger.warning('%s generation failed (%s in total): %s: %s', kind,
                            self.failures[kind], type(exc).__name__, exc)
             return None
+        self._note_latency(kind, start)
         if out is None:
             out = ''
         if not isinstance(out, str):
@@ -203,6 +229,34 @@ class HighLevelPlanner:
             logger.warning('%s generation returned %s, expected str', kind, type(out).__name__)
             return None
         self.last_raw[kind] = out
+        return out
+
+    def _note_latency(self, kind: str, start: float) -> None:
+        window = self.latency_s.setdefault(kind, deque(maxlen=LATENCY_WINDOW))
+        window.append(time.monotonic() - start)
+
+    def stats(self) -> dict[str, Any]:
+        """Every counter of the loop, flat ``'<counter>.<kind>'`` keys (for diagnostics).
+
+        Latency is of the generator call, per kind: the last one and the mean / median over
+        the last LATENCY_WINDOW calls (failed ones included: a timeout is a latency too).
+        """
+        with self.state.lock:
+            out: dict[str, Any] = {'repeats': self.state.repeats,
+                                   'total_repeats': self.state.total_repeats}
+            tables = {'empty': dict(self.state.empty)}
+        tables.update(failures=self.failures, timeouts=self.timeouts, discarded=self.discarded)
+        for name, table in tables.items():
+            for kind in KINDS:
+                out[f'{name}.{kind}'] = table.get(kind, 0)
+        for kind in KINDS:
+            window = list(self.latency_s.get(kind, ()))
+            if window:
+                out[f'latency_last_s.{kind}'] = window[-1]
+                out[f'latency_mean_s.{kind}'] = statistics.fmean(window)
+                out[f'latency_p50_s.{kind}'] = statistics.median(window)
+            if kind in self.last_raw:
+                out[f'last_raw.{kind}'] = self.last_raw[kind]
         return out
 
     @staticmethod

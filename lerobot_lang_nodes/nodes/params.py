@@ -99,7 +99,7 @@ def declare_config(node: Any, cls: type[C], *, prefix: str = '') -> C:
             raise ParameterError(f'parameter {prefix + f.name!r} is {value!r}; valid choices: '
                                  f"{list(meta['choices'])}")
         if isinstance(f.default, tuple) or typing.get_origin(hints[f.name]) is tuple:
-            value = tuple(value)
+            value = tuple(value or ())  # an empty array given as `[]` arrives untyped, None
         values[f.name] = value
     try:
         return cls(**values)

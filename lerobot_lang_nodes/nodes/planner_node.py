@@ -2,6 +2,11 @@
 
 All language logic lives in core.high_level.HighLevelPlanner; this node feeds it messages and
 publishes its state. Generation runs on one worker thread, never on an executor thread.
+
+The backend is built on that worker too, as its first job: a model that takes seconds to load
+does not delay the node's start, jobs queue behind the load, and a checkpoint that cannot be
+loaded leaves the node up, reporting the error on /diagnostics (level ERROR) and in every
+RunTask / VQA answer, instead of exiting into a restart loop.
 """
 
 from __future__ import annotations
@@ -24,10 +29,13 @@ from std_srvs.srv import Trigger
 from lerobot_lang_msgs.action import RunTask
 from lerobot_lang_msgs.msg import ActionChunk, LanguageContext, RuntimeStatus, TaskOutcome
 from lerobot_lang_msgs.srv import AskVqa
+from lerobot_lang_nodes import paths
 from lerobot_lang_nodes.backends.registry import known, load_backend
+from lerobot_lang_nodes.core import prompts
 from lerobot_lang_nodes.core.high_level import HighLevelConfig, HighLevelPlanner
 from lerobot_lang_nodes.core.language import LanguageSnapshot, LanguageState
 from lerobot_lang_nodes.nodes import qos, runner
+from lerobot_lang_nodes.nodes.diagnostics import DiagnosticsPublisher
 from lerobot_lang_nodes.nodes.observations import LatestObservations
 from lerobot_lang_nodes.nodes.params import declare_config, reject_unknown_parameters
 
@@ -43,8 +51,54 @@ class PlannerConfig:
     backend: str = field(default='scripted', metadata={
         'doc': 'Planner backend (text generator); see backends/registry.py.', 'read_only': True})
     model_path: str = field(default='', metadata={
-        'doc': 'Checkpoint directory or file for model backends; unused by `scripted`.',
+        'doc': 'Checkpoint directory or file for model backends (`transformers`: a directory '
+               'with config.json, weights and tokenizer/processor, a .gguf file, or a hub id '
+               'when online); unused by `scripted`.', 'read_only': True})
+    model_kind: str = field(default='auto', metadata={
+        'doc': 'transformers: vlm (AutoModelForImageTextToText + AutoProcessor), text '
+               '(AutoModelForCausalLM + AutoTokenizer), or auto (from config.json model_type; '
+               'GGUF files are text).', 'choices': ('auto', 'vlm', 'text'), 'read_only': True})
+    gguf_file: str = field(default='', metadata={
+        'doc': 'transformers: GGUF file name inside model_path (or give the .gguf path as '
+               'model_path); empty = not GGUF.', 'read_only': True})
+    device: str = field(default='auto', metadata={
+        'doc': 'transformers: cpu, cuda, cuda:N, or auto (cuda when available).',
         'read_only': True})
+    dtype: str = field(default='auto', metadata={
+        'doc': 'transformers: weight dtype; auto = bfloat16 on a GPU that supports it, else '
+               'float32.', 'choices': ('auto', 'float32', 'bfloat16', 'float16'),
+        'read_only': True})
+    image_cameras: tuple[str, ...] = field(default=('front',), metadata={
+        'doc': 'transformers (vision-language): cameras whose latest frame goes into the '
+               'subtask and interjection prompts (VQA uses the camera asked about); each must '
+               'be in `cameras`; empty = text-only prompts.'})
+    image_size: int = field(default=0, metadata={
+        'doc': 'transformers: resize frames to image_size x image_size pixels before the '
+               'processor; 0 keeps the frame size (the processor still resizes as the model '
+               'needs).', 'range': (0, 4096)})
+    max_new_tokens: int = field(default=48, metadata={
+        'doc': 'transformers: generation: maximum new tokens per text.', 'range': (1, 4096)})
+    generation_timeout_s: float = field(default=30.0, metadata={
+        'doc': 'transformers: stop a generation after this long (generate(max_time=...)); it '
+               'counts as a timeout and a failure, the previous text stays. 0 disables.',
+        'range': (0.0, 3600.0)})
+    system_prompt: str = field(default='', metadata={
+        'doc': 'System turn prepended to every prompt by model backends; empty = the one in '
+               'prompts_file (itself empty = no system turn).'})
+    prompts_file: str = field(default='', metadata={
+        'doc': 'YAML with the system prompt and prompt templates (e.g. the plan line of the '
+               'subtask prompt); empty = config/prompts.yaml of this package.',
+        'read_only': True})
+    candidates: tuple[str, ...] = field(default=(), metadata={
+        'doc': 'transformers constrained mode: allowed subtasks (e.g. the skills the policy '
+               'was trained on); the subtask is the candidate the model scores highest instead '
+               'of free text. Empty (and no candidates_file) = free generation.',
+        'read_only': True})
+    candidates_file: str = field(default='', metadata={
+        'doc': 'transformers constrained mode: a text file with one more candidate per line '
+               '(# comments allowed); empty = none.', 'read_only': True})
+    diagnostics_period_s: float = field(default=1.0, metadata={
+        'doc': 'Period of the planner status on /diagnostics.', 'range': (0.05, 60.0)})
     chunks_per_regen: int = field(default=1, metadata={
         'doc': 'Regenerate the subtask at most every N action chunks.', 'range': (1, 1000)})
     high_level_hz: float = field(default=1.0, metadata={
@@ -77,6 +131,32 @@ class PlannerConfig:
     feedback_hz: float = field(default=2.0, metadata={
         'doc': 'RunTask feedback and progress check rate (Hz).', 'range': (0.1, 50.0)})
 
+    def __post_init__(self) -> None:
+        missing = [c for c in self.image_cameras if c not in self.cameras]
+        if missing:
+            raise ValueError(f'image_cameras {list(self.image_cameras)} names {missing}, which '
+                             f'are not in cameras {list(self.cameras)}; the planner keeps frames '
+                             'only of `cameras`: add them there or remove them here')
+
+
+class _LazyBackend:
+    """The configured backend, built on the worker thread; a TextGenerator meanwhile too.
+
+    ``generate`` raises until the backend is ready, so a job that reaches the core before the
+    load ended (or after it failed) is an ordinary counted failure.
+    """
+
+    def __init__(self) -> None:
+        self.impl: Any = None
+        self.state = 'loading'  # -> 'ready' | 'failed'
+        self.error = ''
+        self.load_time_s = 0.0
+
+    def generate(self, kind: str, messages: list[dict], observation: Any) -> str:
+        if self.impl is None:
+            raise RuntimeError(self.error or 'the planner backend is still loading')
+        return self.impl.generate(kind, messages, observation)
+
 
 class PlannerNode(Node):
     """ROS adapter for HighLevelPlanner."""
@@ -87,8 +167,11 @@ class PlannerNode(Node):
         super().__init__('planner')
         self.cfg = declare_config(self, PlannerConfig)
         reject_unknown_parameters(self)
-        backend_cls = load_backend('planner', self.cfg.backend)
-        self.generator = backend_cls(self.cfg)
+        backend_cls = load_backend('planner', self.cfg.backend)  # a bad name fails start-up
+        self.templates = prompts.load_templates(
+            self.cfg.prompts_file or paths.config_path('prompts.yaml'),
+            self.cfg.system_prompt or None)
+        self.generator = _LazyBackend()
         hl_cfg = HighLevelConfig(chunks_per_regen=self.cfg.chunks_per_regen,
                                  high_level_hz=self.cfg.high_level_hz,
                                  enable_memory=self.cfg.enable_memory,
@@ -96,7 +179,7 @@ class PlannerNode(Node):
                                  min_new_tokens=self.cfg.min_new_tokens,
                                  temperature=self.cfg.temperature, top_p=self.cfg.top_p)
         self.state = LanguageState()
-        self.planner = HighLevelPlanner(self.generator, self.state, hl_cfg)
+        self.planner = HighLevelPlanner(self.generator, self.state, hl_cfg, self.templates)
         self._lock = threading.Lock()
         self._outcome: TaskOutcome | None = None
         self._published: LanguageSnapshot | None = None
@@ -124,6 +207,9 @@ class PlannerNode(Node):
                                     handle_accepted_callback=self._on_accepted,
                                     cancel_callback=lambda _g: CancelResponse.ACCEPT,
                                     callback_group=cb)
+        self._diagnostics = DiagnosticsPublisher(self, 'text generation', self._status,
+                                                 self.cfg.diagnostics_period_s)
+        self._submit(self._job_load, backend_cls)  # first job: every later one waits for it
         self._worker = threading.Thread(target=self._work, name='planner-generation',
                                         daemon=True)
         self._worker.start()
@@ -186,6 +272,62 @@ class PlannerNode(Node):
                 self.get_logger().error(f'publishing the language context failed: {exc}',
                                         throttle_duration_sec=2.0)
 
+    def _job_load(self, backend_cls: type) -> None:
+        start = time.monotonic()
+        self.get_logger().info(f'loading planner backend {self.cfg.backend!r}'
+                               + (f' from {self.cfg.model_path!r}' if self.cfg.model_path
+                                  else ''))
+        try:
+            impl = backend_cls(self.cfg)
+        except Exception as exc:  # noqa: BLE001 - model loading runs third-party code; report
+            gen = self.generator
+            gen.error = (f'planner backend {self.cfg.backend!r} failed to load: '
+                         f'{type(exc).__name__}: {exc}')
+            gen.state = 'failed'
+            gen.load_time_s = time.monotonic() - start
+            self.get_logger().error(f'{gen.error}. The node stays up without a model: fix '
+                                    'model_path (or the backend parameters) and restart it')
+            self._diagnostics.publish_now()
+            return
+        self.generator.impl = impl
+        self.generator.load_time_s = time.monotonic() - start
+        self.generator.state = 'ready'
+        self.get_logger().info(f'planner backend {self.cfg.backend!r} ready in '
+                               f'{self.generator.load_time_s:.1f} s')
+        self._diagnostics.publish_now()
+
+    def _load_failed(self, what: str) -> bool:
+        """True (and one throttled log line) when the backend failed to load."""
+        if self.generator.state != 'failed':
+            return False
+        self.get_logger().error(f'{what} ignored: {self.generator.error}',
+                                throttle_duration_sec=30.0)
+        return True
+
+    def _status(self) -> tuple[str, str, dict[str, Any]]:
+        """/diagnostics: load state, every counter of the core, the backend's own values."""
+        gen = self.generator
+        values: dict[str, Any] = {'backend': self.cfg.backend, 'model_path': self.cfg.model_path,
+                                  'load_state': gen.state, 'load_error': gen.error,
+                                  'load_time_s': gen.load_time_s}
+        snap = self.state.snapshot()
+        values.update(revision=snap.revision, mode=snap.mode, task=snap.task,
+                      subtask=snap.subtask)
+        values.update(self.planner.stats())
+        backend_values = getattr(gen.impl, 'diagnostics', None)
+        if callable(backend_values):
+            values.update(backend_values())
+        if gen.state == 'failed':
+            return 'error', gen.error, values
+        if gen.state == 'loading':
+            return 'warn', 'loading the planner backend', values
+        failures = sum(self.planner.failures.values())
+        if failures:
+            return 'warn', (f'{failures} failed generation(s) ('
+                            f'{sum(self.planner.timeouts.values())} timeouts); see failures.*'
+                            ), values
+        return 'ok', 'ready', values
+
     def observation(self) -> dict[str, Any]:
         """What the generator sees: latest images, simulator truth, the language state."""
         return {'images': self.observations.images(),
@@ -196,10 +338,12 @@ class PlannerNode(Node):
         self.planner.set_task(text, direct_subtask=direct)
         self._subtask_history = [self.state.subtask] if self.state.subtask else []
         self.get_logger().info(f'task: {text!r}' + (' (direct subtask)' if direct else ''))
-        if text and not self.planner.direct:
+        if text and not self.planner.direct and not self._load_failed('subtask generation'):
             self.planner.regenerate(self._now_s(), self.observation())
 
     def _job_interject(self, text: str) -> None:
+        if self._load_failed(f'interjection {text!r}'):
+            return
         plan, speech = self.planner.interject(text, self.observation())
         self.get_logger().info(f'interjection {text!r} -> plan {plan!r}, speech {speech!r}')
         if speech:
@@ -209,6 +353,8 @@ class PlannerNode(Node):
             self.planner.regenerate(self._now_s(), self.observation())
 
     def _job_chunk_boundary(self) -> None:
+        if self.generator.state == 'failed':
+            return  # reported once at load and on /diagnostics; a boundary is no news
         self.planner.on_chunk_boundary(self._now_s(), self.observation())
 
     def _job_set_mode(self, mode: str) -> None:
@@ -256,6 +402,9 @@ class PlannerNode(Node):
         if not question:
             response.success, response.message = False, 'empty question; ask something'
             return response
+        if self.generator.state == 'failed':
+            response.success, response.message = False, self.generator.error
+            return response
         if camera not in self.cfg.cameras:
             response.success = False
             response.message = f'unknown camera {camera!r}; cameras: {list(self.cfg.cameras)}'
@@ -293,6 +442,10 @@ class PlannerNode(Node):
 
     def _run_task(self, handle) -> RunTask.Result:
         goal = handle.request
+        if self.generator.state == 'failed' and not (goal.direct_subtask
+                                                     or self.cfg.direct_subtask):
+            return self._end_goal(handle.abort, RunTask.Result(
+                success=False, message=self.generator.error, subtasks=[]))
         self._submit(self._job_set_task, goal.task.strip(), bool(goal.direct_subtask)
                      ).result(timeout=60.0)
         start_rev = self.state.revision
@@ -370,7 +523,7 @@ class PlannerNode(Node):
         if self._worker is not None:
             self._jobs.put(None)
             self._worker.join(timeout=5.0)
-        close = getattr(self.generator, 'close', None)
+        close = getattr(self.generator.impl, 'close', None)
         if callable(close):
             close()
 

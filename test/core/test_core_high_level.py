@@ -226,3 +226,31 @@ def test_vqa_answer_empty_and_failure():
     assert planner.state.empty == {'vqa': 1}
     assert planner.answer_vqa('and now?', image) == ''
     assert planner.failures == {'vqa': 1}
+
+
+def test_timeouts_latency_and_counters_reach_stats():
+    gen, planner = make(subtask=['a', TimeoutError('max_time'), ''], memory=['m'])
+    planner.set_task('t')
+    planner.regenerate(0.0)
+    assert planner.regenerate(1.0) == 'failed'
+    assert planner.state.subtask == 'a'  # a timeout leaves the active subtask in place
+    planner.regenerate(2.0)
+    stats = planner.stats()
+    assert (stats['timeouts.subtask'], stats['failures.subtask'], stats['empty.subtask']) == \
+        (1, 1, 1)
+    assert stats['last_raw.subtask'] == '' and stats['last_raw.memory'] == 'm'
+    assert stats['latency_last_s.subtask'] >= 0 and 'latency_p50_s.memory' in stats
+    assert 'latency_last_s.vqa' not in stats and stats['failures.vqa'] == 0
+
+
+def test_subtask_prompt_carries_the_plan_through_the_template():
+    from lerobot_lang_nodes.core.prompts import PromptTemplates
+    gen = ScriptedGenerator(subtask=['a', 'b'], interjection=['use blue <say>ok</say>'])
+    planner = HighLevelPlanner(gen, LanguageState(), HighLevelConfig(enable_memory=False),
+                               PromptTemplates(subtask='{task}\nPlan: {plan}'))
+    planner.set_task('red')
+    planner.regenerate(0.0)
+    planner.interject('blue instead')
+    planner.regenerate(1.0)
+    subtask_prompts = [c[1][0]['content'] for c in gen.calls if c[0] == 'subtask']
+    assert subtask_prompts == ['red', 'red\nPlan: use blue']

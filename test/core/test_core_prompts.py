@@ -55,3 +55,38 @@ def test_action_instruction_prefers_subtask():
     assert prompts.action_instruction(snap) == 's'
     state = LanguageState(task='t')
     assert prompts.action_instruction(state) == 't'
+
+
+def test_templates_drop_lines_whose_placeholders_are_empty():
+    t = prompts.PromptTemplates(subtask='{task}\nPlan: {plan}\nNow: {subtask}\nNext?')
+    assert prompts.subtask_messages('clean', templates=t) == [
+        {'role': 'user', 'content': 'clean\nNext?'}]
+    assert prompts.subtask_messages('clean', plan='wipe first', subtask='grab cloth',
+                                    templates=t)[0]['content'] == \
+        'clean\nPlan: wipe first\nNow: grab cloth\nNext?'
+    assert prompts.PromptTemplates(subtask='{task} {{literal}}').render(
+        'subtask', task='x') == 'x {literal}'
+
+
+def test_templates_refuse_unknown_placeholders_and_bad_files(tmp_path):
+    import pytest
+    from lerobot_lang_nodes.core.errors import ConfigError
+    with pytest.raises(ConfigError, match=r"unknown placeholder\(s\) \['goal'\]"):
+        prompts.PromptTemplates(subtask='{goal}')
+    bad = tmp_path / 'p.yaml'
+    bad.write_text('subtask: "{task}"\nsubtasks: x\n')
+    with pytest.raises(ConfigError, match=r"unknown key\(s\) \['subtasks'\]"):
+        prompts.load_templates(bad)
+    with pytest.raises(ConfigError, match='cannot be read'):
+        prompts.load_templates(tmp_path / 'missing.yaml')
+
+
+def test_shipped_prompts_file_adds_the_plan_line():
+    from lerobot_lang_nodes import paths
+    t = prompts.load_templates(paths.config_path('prompts.yaml'), system_prompt='Be brief.')
+    assert t.system_prompt == 'Be brief.'
+    assert prompts.subtask_messages('put the red cube in the bowl', templates=t) == \
+        prompts.subtask_messages('put the red cube in the bowl')  # no plan: the spec's turn
+    assert prompts.subtask_messages('put the red cube in the bowl', 'put the blue cube in the '
+                                    'bowl', templates=t)[0]['content'] == \
+        'put the red cube in the bowl\nPlan: put the blue cube in the bowl'

@@ -63,7 +63,9 @@ class ScriptedPlanner:
         return (tasks.parse_task(plan) if plan else None) or tasks.parse_task(task)
 
     def _subtask(self, messages: list[dict], obs: Mapping) -> str:
-        goal = self._goal_for(_text_of(messages[0]), obs)
+        # The task is the first line: the subtask template (config/prompts.yaml) may add lines
+        # such as the plan, which the scripted planner reads from the observation instead.
+        goal = self._goal_for(_text_of(messages[0]).split('\n', 1)[0], obs)
         if goal is None:
             return ''  # not a task of this scene: an empty generation, counted by the core
         truth = obs.get('ground_truth')

@@ -1,0 +1,248 @@
+"""The planner node with backend `transformers` over DDS: a tiny Idefics3 trained in a fixture.
+
+Every answer goes save_pretrained -> from_pretrained (a directory) -> chat template -> generate
+in the node's own process. The test drives chunk boundaries by publishing ActionChunk messages,
+as a policy would.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from diagnostic_msgs.msg import DiagnosticArray
+from sensor_msgs.msg import Image
+from std_msgs.msg import String
+
+from lerobot_lang_msgs.action import RunTask
+from lerobot_lang_msgs.msg import ActionChunk, LanguageContext
+from lerobot_lang_msgs.srv import AskVqa
+from lerobot_lang_nodes.nodes import qos
+
+pytest.importorskip('transformers')
+from lerobot_lang_nodes.core import prompts  # noqa: E402
+from lerobot_lang_nodes.tiny_models import vlm  # noqa: E402
+
+PLANNER = 'lerobot_lang_nodes.nodes.planner_node'
+STATUS_NAME = 'planner: text generation'
+TEMPLATES = {'system_prompt': 'You plan the steps of a robot arm.',
+             'subtask': '{task}\nPlan: {plan}\nCurrent subtask: {subtask}\nNext subtask?'}
+MUTE_TASK = 'stand still'  # trained to produce nothing: an empty generation
+
+
+@pytest.fixture(scope='module')
+def scene(tmp_path_factory):
+    """(model directory, prompts file) of a tiny VLM trained on the scene's planner runs."""
+    import yaml
+    root = tmp_path_factory.mktemp('planner_vlm')
+    prompts_file = root / 'prompts.yaml'
+    prompts_file.write_text(yaml.safe_dump(TEMPLATES))
+    templates = prompts.load_templates(prompts_file)
+    examples = (vlm.scene_planner_examples(templates) + vlm.scene_vqa_examples(templates)
+                + [(prompts.subtask_messages(MUTE_TASK, templates=templates), '')])
+    model = vlm.build_trained_vlm(root / 'model', examples,
+                                  system_prompt=templates.system_prompt, steps=400)
+    return model, prompts_file
+
+
+def start_planner(launch_node, probe, model_path, prompts_file='', **params):
+    base = {'backend': 'transformers', 'model_path': str(model_path),
+            'prompts_file': str(prompts_file), 'cameras': ['front'],
+            'image_cameras': ['front'], 'image_size': 32, 'device': 'cpu',
+            'chunks_per_regen': 1, 'high_level_hz': 100.0, 'vqa_pause': False,
+            'diagnostics_period_s': 0.2}
+    base.update(params)
+    proc = launch_node(PLANNER, params=base, env={'HF_HUB_OFFLINE': '1'})
+    probe.wait_for_node('planner', timeout_s=30.0, processes=[proc])
+    return proc
+
+
+def values_of(status) -> dict[str, str]:
+    return {kv.key: kv.value for kv in status.values}
+
+
+def wait_status(diag, predicate, what, timeout_s=30.0):
+    """The first planner status (DiagnosticStatus) for which predicate(status, values)."""
+    def match(arr):
+        return any(s.name == STATUS_NAME and predicate(s, values_of(s)) for s in arr.status)
+    arr = diag.wait_for(match, timeout_s=timeout_s, what=what)
+    return next(s for s in arr.status if s.name == STATUS_NAME and predicate(s, values_of(s)))
+
+
+def ready(status, values) -> bool:
+    return values.get('load_state') == 'ready'
+
+
+def test_subtasks_memory_replanning_and_speech(launch_node, probe, scene):
+    model, prompts_file = scene
+    diag = probe.subscribe(DiagnosticArray, 'diagnostics', qos.STATUS)
+    ctx = probe.subscribe(LanguageContext, 'language_context', qos.LATCHED)
+    plan = probe.subscribe(String, 'plan', qos.LATCHED)
+    speech = probe.subscribe(String, 'speech', qos.COMMAND)
+    proc = start_planner(launch_node, probe, model, prompts_file)
+    wait_status(diag, ready, 'the model loaded')
+    task = probe.publisher(String, 'task', qos.LATCHED, wait_subscribers=1)
+    chunk = probe.publisher(ActionChunk, 'action_chunk', qos.COMMAND, wait_subscribers=1)
+    inter = probe.publisher(String, 'interjection', qos.COMMAND, wait_subscribers=1)
+
+    def expect(subtask: str, memory: str) -> LanguageContext:
+        return ctx.wait_for(lambda m: (m.subtask, m.memory) == (subtask, memory),
+                            timeout_s=30.0, what=f'subtask {subtask!r} with memory {memory!r}')
+
+    red, blue = vlm.scene_steps('red'), vlm.scene_steps('blue')
+    task.publish(String(data=vlm.SCENE_TASK))
+    expect(red[0], vlm.FIRST_MEMORY)
+    chunk.publish(ActionChunk())
+    expect(red[1], vlm.scene_memory(red[0]))
+    inter.publish(String(data=vlm.SCENE_INTERJECTION))
+    assert plan.wait_for(lambda m: m.data, timeout_s=30.0).data == 'put the blue cube in the bowl'
+    assert speech.wait_for(timeout_s=30.0).data == 'OK, I will use the blue cube.'
+    replanned = expect(blue[0], vlm.scene_memory(red[1]))
+    assert replanned.plan == 'put the blue cube in the bowl'
+    for done, step in zip(blue, blue[1:]):
+        chunk.publish(ActionChunk())
+        expect(step, vlm.scene_memory(done))
+    sequence = []
+    for m in ctx.snapshot():
+        if m.subtask and (not sequence or sequence[-1] != m.subtask):
+            sequence.append(m.subtask)
+    assert sequence == red[:2] + blue
+    # The last step repeats (a repeat, not a change): counted, the context stays.
+    chunk.publish(ActionChunk())
+    status = wait_status(diag, lambda s, v: v.get('repeats') == '1', 'a counted repeat')
+    values = values_of(status)
+    assert values['last_raw.subtask'] == blue[-1]
+    assert values['last_raw.interjection'] == vlm.SCENE_REPLY
+    assert float(values['latency_last_s.subtask']) > 0
+    assert float(values['latency_p50_s.memory']) > 0
+    assert values['failures.subtask'] == '0' and values['model_kind'] == 'vlm'
+    assert ctx.last.subtask == blue[-1] and proc.alive
+
+
+def test_vqa_answers_depend_on_the_scene_image(launch_node, probe, scene):
+    model, prompts_file = scene
+    diag = probe.subscribe(DiagnosticArray, 'diagnostics', qos.STATUS)
+    start_planner(launch_node, probe, model, prompts_file)
+    wait_status(diag, ready, 'the model loaded')
+    camera = probe.publisher(Image, 'cameras/front/image_raw', qos.SENSOR, wait_subscribers=1)
+
+    def ask_about(colour: str) -> str:
+        frame = vlm.scene_image(colour)
+        msg = Image(height=frame.shape[0], width=frame.shape[1], encoding='rgb8',
+                    step=frame.shape[1] * 3, data=frame.tobytes())
+        deadline = time.monotonic() + 30.0
+        while True:  # the latest frame is sampled: ask until the new scene has arrived
+            camera.publish(msg)
+            reply = probe.call(AskVqa, 'vqa', AskVqa.Request(question=vlm.VQA_QUESTION,
+                                                             camera='front'), timeout_s=30.0)
+            if time.monotonic() > deadline:
+                return f'{reply.answer} ({reply.message})'
+            if 'no image' in reply.message:  # the first frame is still on its way
+                continue
+            assert reply.success, reply.message
+            if reply.answer == f'the {colour} cube':
+                return reply.answer
+            time.sleep(0.05)
+
+    assert ask_about('red') == 'the red cube'
+    assert ask_about('blue') == 'the blue cube'
+    assert ask_about('red') == 'the red cube'
+
+
+# --- faults --------------------------------------------------------------------------------
+@pytest.mark.parametrize('broken', ['missing', 'corrupt'])
+def test_unloadable_model_keeps_the_node_up_and_reports_it(launch_node, probe, scene,
+                                                          tmp_path, broken):
+    import shutil
+    if broken == 'missing':
+        path, expected = tmp_path / 'no_such_model', 'does not exist'
+    else:
+        path = shutil.copytree(scene[0], tmp_path / 'corrupt')
+        (path / 'config.json').write_text('{"model_type": ')
+        expected = 'not valid JSON'
+    diag = probe.subscribe(DiagnosticArray, 'diagnostics', qos.STATUS)
+    proc = start_planner(launch_node, probe, path)
+    first = wait_status(diag, lambda s, v: v.get('load_state') == 'failed', 'a load error')
+    assert first.level == first.ERROR and expected in first.message
+    assert expected in values_of(first)['load_error']
+    # Reported every period, not once; the process does not exit.
+    wait_status(diag, lambda s, v: s.level == s.ERROR and s is not first, 'a repeated ERROR')
+    reply = probe.call(AskVqa, 'vqa', AskVqa.Request(question='what is there?'))
+    assert not reply.success and expected in reply.message
+    from rclpy.action import ActionClient
+    client = ActionClient(probe.node, RunTask, 'run_task')
+    assert client.wait_for_server(timeout_sec=10.0)
+    goal = client.send_goal_async(RunTask.Goal(task=vlm.SCENE_TASK))
+    deadline = time.monotonic() + 10.0
+    while not goal.done() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    result = goal.result().get_result_async()
+    while not result.done() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert result.done() and not result.result().result.success
+    assert expected in result.result().result.message
+    client.destroy()
+    assert proc.alive, proc.log_text(tail=3000)
+    assert proc.log_text().count('failed to load') == 1
+
+
+def test_timeout_and_empty_output_are_counted_and_the_node_keeps_serving(launch_node, probe,
+                                                                          scene):
+    model, prompts_file = scene
+    diag = probe.subscribe(DiagnosticArray, 'diagnostics', qos.STATUS)
+    ctx = probe.subscribe(LanguageContext, 'language_context', qos.LATCHED)
+    proc = start_planner(launch_node, probe, model, prompts_file, generation_timeout_s=1e-4)
+    wait_status(diag, ready, 'the model loaded')
+    task = probe.publisher(String, 'task', qos.LATCHED, wait_subscribers=1)
+    task.publish(String(data=vlm.SCENE_TASK))
+    status = wait_status(diag, lambda s, v: v.get('timeouts.subtask') == '1', 'a timeout')
+    assert status.level == status.WARN and values_of(status)['failures.subtask'] == '1'
+    assert ctx.last.task == vlm.SCENE_TASK and ctx.last.subtask == ''
+    assert proc.alive
+
+
+def test_empty_output_is_counted_and_the_node_keeps_serving(launch_node, probe, scene):
+    model, prompts_file = scene
+    diag = probe.subscribe(DiagnosticArray, 'diagnostics', qos.STATUS)
+    ctx = probe.subscribe(LanguageContext, 'language_context', qos.LATCHED)
+    proc = start_planner(launch_node, probe, model, prompts_file)
+    wait_status(diag, ready, 'the model loaded')
+    task = probe.publisher(String, 'task', qos.LATCHED, wait_subscribers=1)
+    task.publish(String(data=MUTE_TASK))
+    wait_status(diag, lambda s, v: v.get('empty.subtask') == '1', 'an empty subtask counted')
+    assert ctx.wait_for(lambda m: m.task == MUTE_TASK).subtask == ''
+    task.publish(String(data=vlm.SCENE_TASK))
+    ctx.wait_for(lambda m: m.subtask == vlm.scene_steps('red')[0], timeout_s=30.0,
+                 what='the node still serving after an empty generation')
+    assert proc.alive
+
+
+def test_exception_in_generation_is_counted_and_the_node_keeps_serving(launch_node, probe,
+                                                                       tmp_path):
+    # A text-only checkpoint asked about an image raises inside generate().
+    model = vlm.build_tiny_text_lm(tmp_path / 'lm', vlm.example_texts(
+        vlm.scene_planner_examples()))
+    diag = probe.subscribe(DiagnosticArray, 'diagnostics', qos.STATUS)
+    ctx = probe.subscribe(LanguageContext, 'language_context', qos.LATCHED)
+    proc = start_planner(launch_node, probe, model, image_cameras=[], max_new_tokens=4)
+    wait_status(diag, ready, 'the model loaded')
+    camera = probe.publisher(Image, 'cameras/front/image_raw', qos.SENSOR, wait_subscribers=1)
+    frame = vlm.scene_image('red')
+    msg = Image(height=frame.shape[0], width=frame.shape[1], encoding='rgb8',
+                step=frame.shape[1] * 3, data=frame.tobytes())
+    deadline = time.monotonic() + 20.0
+    while True:  # until the node holds a frame, VQA is refused before generation
+        camera.publish(msg)
+        reply = probe.call(AskVqa, 'vqa', AskVqa.Request(question='what is there?'),
+                           timeout_s=30.0)
+        if 'no image' not in reply.message or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    assert not reply.success and 'no answer' in reply.message
+    status = wait_status(diag, lambda s, v: v.get('failures.vqa') == '1', 'a counted failure')
+    assert status.level == status.WARN
+    task = probe.publisher(String, 'task', qos.LATCHED, wait_subscribers=1)
+    task.publish(String(data=vlm.SCENE_TASK))
+    ctx.wait_for(lambda m: m.task == vlm.SCENE_TASK, timeout_s=30.0)
+    wait_status(diag, lambda s, v: 'latency_last_s.subtask' in v, 'a subtask generated after')
+    assert proc.alive
