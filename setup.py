@@ -33,6 +33,11 @@ setup(
             'viewer = lerobot_lang_nodes.nodes.viewer_node:main',
             'so101_driver = lerobot_lang_nodes.nodes.so101_driver_node:main',
             'camera = lerobot_lang_nodes.nodes.camera_node:main',
+            # planner + policy in one process (graph.composed; `lerobot-lang sim --composed`).
+            'planner_policy = lerobot_lang_nodes.nodes.composed_node:main',
         ],
+        # Runtime adapters of other packages, by LeRobot policy type (hierarchical/registry.py):
+        # `my_policy = "my_package.adapter:MyPolicyAdapter"` in that package's metadata.
+        'lerobot_lang_nodes.adapters': [],
     },
 )

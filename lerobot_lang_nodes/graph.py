@@ -17,6 +17,8 @@ class NodeSpec:
     required: bool = True          # the bring-up stops everything when a required node dies
     use_sim_time: bool = False     # follow /clock (every node but the simulator in sim)
     remaps: tuple[tuple[str, str], ...] = field(default_factory=tuple)
+    # Names of the nodes one process hosts (composed); empty: one node named `name`.
+    hosts: tuple[str, ...] = ()
 
 
 SIM = (
@@ -39,6 +41,34 @@ REAL = (
 SUPERVISOR_PID_ENV = 'LEROBOT_LANG_SUPERVISOR_PID'
 
 GRAPHS: dict[str, tuple[NodeSpec, ...]] = {'sim': SIM, 'real': REAL}
+
+# The planner and the policy in one process, so a hierarchical checkpoint is loaded once.
+COMPOSED_NAME = 'planner_policy'
+COMPOSED_MODULE = 'lerobot_lang_nodes.nodes.composed_node'
+COMPOSED_HOSTS = ('planner', 'policy')
+
+
+def composed(specs: tuple[NodeSpec, ...] | list[NodeSpec]) -> tuple[NodeSpec, ...]:
+    """``specs`` with planner and policy replaced by one `planner_policy` process.
+
+    It takes the planner's place in the start order and keeps its sim time setting.
+    """
+    hosted = [s for s in specs if s.name in COMPOSED_HOSTS]
+    if [s.name for s in hosted] != list(COMPOSED_HOSTS):
+        raise ValueError(f'composing needs nodes {list(COMPOSED_HOSTS)} in the graph; it has '
+                         f'{[s.name for s in specs]}')
+    if any(s.remaps for s in hosted):  # one process has one set of remaps
+        raise ValueError('planner and policy have remaps; they cannot share one process')
+    spec = NodeSpec(COMPOSED_NAME, COMPOSED_MODULE, use_sim_time=hosted[0].use_sim_time,
+                    hosts=COMPOSED_HOSTS)
+    out: list[NodeSpec] = []
+    for s in specs:
+        if s.name == COMPOSED_HOSTS[0]:
+            out.append(spec)
+        elif s.name not in COMPOSED_HOSTS:
+            out.append(s)
+    return tuple(out)
+
 CAMERA_TOPICS = ('image_raw', 'camera_info', 'image_raw/compressed')
 
 
@@ -61,7 +91,8 @@ def default_params_file(graph: str) -> Path:
 
 def ros_args(spec: NodeSpec, params_file: Path | None) -> list[str]:
     """`--ros-args` for one node of a graph (the launch files build the same from a NodeSpec)."""
-    args = ['--ros-args', '-r', f'__node:={spec.name}']
+    # A composed process keeps its nodes' own names: a global __node remap would rename all.
+    args = ['--ros-args'] if spec.hosts else ['--ros-args', '-r', f'__node:={spec.name}']
     if params_file is not None:
         args += ['--params-file', str(params_file)]
     if spec.use_sim_time:

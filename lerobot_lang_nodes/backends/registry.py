@@ -13,10 +13,12 @@ BACKENDS: dict[str, dict[str, str]] = {
         'scripted': 'lerobot_lang_nodes.backends.planners.scripted:ScriptedPlanner',
         'transformers': 'lerobot_lang_nodes.backends.planners.transformers_planner:'
                         'TransformersPlanner',
+        'hierarchical': 'lerobot_lang_nodes.hierarchical.backends:HierarchicalPlanner',
     },
     'policy': {
         'scripted': 'lerobot_lang_nodes.backends.policies.scripted:ScriptedSimExpert',
         'lerobot': 'lerobot_lang_nodes.backends.policies.lerobot_policy:LeRobotPolicy',
+        'hierarchical': 'lerobot_lang_nodes.hierarchical.backends:HierarchicalPolicy',
     },
 }
 

@@ -28,6 +28,9 @@ def add_arguments(command: str, parser: argparse.ArgumentParser) -> None:
     parser.add_argument('--task', default=DEFAULT_SIM_TASK if command == 'sim' else '',
                         help='task to start with (empty: wait for /task); default %(default)r')
     parser.add_argument('--no-viewer', action='store_true', help='do not start the live view')
+    parser.add_argument('--composed', action='store_true',
+                        help='run planner and policy in one process (`planner_policy`), so a '
+                             'hierarchical checkpoint named by both is loaded once')
     parser.add_argument('--exit-on-success', action='store_true',
                         help='stop everything and exit 0 once the task is reported successful')
     parser.add_argument('--timeout', type=float, default=0.0,
@@ -72,6 +75,8 @@ def _node_specs(command: str, args: argparse.Namespace,
                 cameras: tuple[str, ...]) -> list[graph.NodeSpec]:
     # The real graph has one camera node per camera of the robot YAML.
     specs = list(graph.real_specs(cameras) if command == 'real' else graph.GRAPHS[command])
+    if getattr(args, 'composed', False):
+        specs = list(graph.composed(specs))
     if args.no_viewer:
         specs = [s for s in specs if s.name != 'viewer']
     return specs

@@ -1,4 +1,4 @@
-"""Robot YAML (port, calibration, cameras, safety, policy) -> ros__parameters of the REAL graph."""
+"""Robot YAML (port, calibration, cameras, safety, policy, planner) -> REAL graph parameters."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import yaml
 from lerobot_lang_nodes.core import camera_info
 from lerobot_lang_nodes.so101.calibration import JOINT_NAMES
 
-TOP_KEYS = ('port', 'calibration', 'cameras', 'safety', 'policy')
+TOP_KEYS = ('port', 'calibration', 'cameras', 'safety', 'policy', 'planner')
 CAMERA_KEYS = ('source', 'width', 'height', 'fps', 'fourcc', 'publish_compressed',
                'camera_info_url')
 SAFETY_KEYS = ('max_relative_target_rad', 'command_timeout_s')
@@ -21,6 +21,11 @@ SAFETY_KEYS = ('max_relative_target_rad', 'command_timeout_s')
 POLICY_KEYS = {'path': 'model_path', 'device': 'device', 'dtype': 'dtype',
                'camera_map': 'camera_map', 'state_units': 'state_units',
                'condition_on': 'condition_on'}
+# Robot YAML `planner:` key -> planner node parameter (the `transformers` backend's settings).
+PLANNER_KEYS = {'path': 'model_path', 'gguf_file': 'gguf_file', 'device': 'device',
+                'dtype': 'dtype', 'model_kind': 'model_kind', 'image_cameras': 'image_cameras',
+                'max_new_tokens': 'max_new_tokens', 'candidates': 'candidates',
+                'prompts_file': 'prompts_file'}
 _NAME = re.compile(r'^[a-z][a-z0-9_]*$')  # a ROS name token: also the topic cameras/<name>/
 
 
@@ -133,7 +138,36 @@ def load_robot_yaml(robot_yaml: Path) -> dict[str, Any]:
     if 'command_timeout_s' in safety:
         _positive(path, 'safety.command_timeout_s', safety['command_timeout_s'])
     return {'port': port, 'calibration': cal, 'cameras': cameras, 'safety': safety,
-            'policy': _policy(path, data.get('policy'))}
+            'policy': _policy(path, data.get('policy')),
+            'planner': _planner(path, data.get('planner'))}
+
+
+def _planner(path: Path, planner: Any) -> dict[str, Any]:
+    """The `planner:` block: a model path (string) or a mapping of PLANNER_KEYS. None: the
+    operator's task conditions the policy directly (direct-subtask mode)."""
+    if planner is None:
+        return {}
+    if isinstance(planner, str):
+        planner = {'path': planner}
+    if not isinstance(planner, dict):
+        raise _err(path, 'planner', f'is {planner!r}', 'write planner: {path: <Hugging Face '
+                   'model directory or .gguf file>}')
+    extra = sorted(set(planner) - set(PLANNER_KEYS))
+    if extra:
+        raise _err(path, f'planner.{extra[0]}', 'is unknown', f'use only {list(PLANNER_KEYS)}')
+    out = dict(planner)
+    for key in ('path', 'prompts_file'):
+        if key not in out:
+            continue
+        if not isinstance(out[key], str) or not out[key]:
+            raise _err(path, f'planner.{key}', f'is {out[key]!r}', 'give a file or directory')
+        target = Path(out[key]).expanduser()
+        if not target.is_absolute():  # relative to the robot YAML, like policy.path
+            target = (path.parent / target).resolve()
+        out[key] = str(target)
+    if 'path' in out and out['path'].endswith('.gguf') and 'gguf_file' not in out:
+        out['path'], out['gguf_file'] = str(Path(out['path']).parent), Path(out['path']).name
+    return out
 
 
 def _policy(path: Path, policy: Any) -> dict[str, Any]:
@@ -167,6 +201,17 @@ def _policy(path: Path, policy: Any) -> dict[str, Any]:
                        'observation.images.top}')
         out['camera_map'] = cmap
     return out
+
+
+def check_planner(params: dict[str, Any], source: str) -> None:
+    """Refuse a REAL graph whose planner would generate from simulator ground truth."""
+    planner = params.get('planner', {}).get('ros__parameters', {})
+    if planner.get('backend', 'scripted') == 'scripted' and not planner.get('direct_subtask'):
+        raise RobotConfigError(f'{source}: the planner backend is scripted without '
+                               'direct_subtask, which plans from sim/ground_truth and cannot '
+                               'see a real scene; set planner.direct_subtask: true (the task '
+                               'conditions the policy) or add `planner: {path: <model '
+                               'directory>}` to the robot YAML')
 
 
 def check_policy(params: dict[str, Any], source: str) -> None:
@@ -228,6 +273,14 @@ def merged_parameters(robot: dict[str, Any], defaults: dict[str, Any]) -> dict[s
     # The policy converts joint states to the checkpoint's units with the driver's calibration.
     pol['calibration_id'] = drv['calibration_id']
     pol['calibration_path'] = drv['calibration_path']
+    plan = out.setdefault('planner', {'ros__parameters': {}})['ros__parameters']
+    if robot.get('planner'):
+        # A vision-language model generates subtasks from the task and the cameras.
+        plan['backend'] = 'transformers'
+        plan['direct_subtask'] = False
+        for key, value in robot['planner'].items():
+            plan[PLANNER_KEYS[key]] = value
+    plan['ground_truth_topic'] = ''  # no simulator: nothing may wait for ground truth
     for node in ('planner', 'policy', 'viewer'):
         params = out.get(node, {}).get('ros__parameters')
         if params is not None and names:
@@ -243,6 +296,7 @@ def params_file_from_robot_yaml(robot_yaml: Path, default_params_file: Path) -> 
     defaults = yaml.safe_load(Path(default_params_file).read_text(encoding='utf-8')) or {}
     merged = merged_parameters(robot, defaults)
     check_policy(merged, f'{robot_yaml} + {default_params_file}')
+    check_planner(merged, f'{robot_yaml} + {default_params_file}')
     fd, name = tempfile.mkstemp(prefix='lerobot_lang_real_', suffix='.yaml')
     with open(fd, 'w', encoding='utf-8') as f:
         f.write(f'# generated from {robot_yaml} and {default_params_file}\n')

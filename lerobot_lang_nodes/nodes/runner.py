@@ -94,7 +94,9 @@ def run(factory: Callable[[], Any], args: list[str] | None = None, *, threads: i
         name: str = 'node') -> int:
     """Create the node with ``factory`` and spin it until Ctrl-C or shutdown.
 
-    Returns the process exit code: 0 after a clean stop, 2 when the node could not start.
+    ``factory`` may also return a sequence of nodes (one process hosting several, e.g. the
+    composed planner + policy): they share one executor, and shut down in reverse order.
+    Returns the process exit code: 0 after a clean stop, 2 when a node could not start.
     """
     # rclpy's own SIGINT handler shuts the context down at once, so a node's close() could no
     # longer publish its last words (or finish a recording) over ROS. Handle Ctrl-C and
@@ -110,7 +112,7 @@ def run(factory: Callable[[], Any], args: list[str] | None = None, *, threads: i
     # `kill -USR1 <pid>` prints every thread's stack: how to see where a node is stuck.
     faulthandler.register(signal.SIGUSR1, all_threads=True, chain=False)
     _die_with_supervisor()
-    node = None
+    nodes: list[Any] = []
     executor = None
     stuck: list[threading.Thread] = []
     # Attached before the node exists, so what the core logs while the node starts (loading a
@@ -121,7 +123,7 @@ def run(factory: Callable[[], Any], args: list[str] | None = None, *, threads: i
     root.setLevel(logging.INFO)
     try:
         try:
-            node = factory()
+            built = factory()
         except KeyboardInterrupt:  # Ctrl-C while loading (models can take a while)
             return 130
         except Exception as exc:
@@ -131,8 +133,11 @@ def run(factory: Callable[[], Any], args: list[str] | None = None, *, threads: i
                 raise
             rclpy.logging.get_logger(name).fatal(f'cannot start: {exc}')
             return 2
+        nodes = list(built) if isinstance(built, (list, tuple)) else [built]
+        node = nodes[0]
         executor = MultiThreadedExecutor(num_threads=threads)
-        executor.add_node(node)
+        for each in nodes:
+            executor.add_node(each)
         _spinning = True
         if _stop_requested:  # the signal came between the node's creation and here
             return 0
@@ -163,10 +168,11 @@ def run(factory: Callable[[], Any], args: list[str] | None = None, *, threads: i
         # supervisor's SIGKILL after its timeout is the way out of a hung shutdown.
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        if node is not None:
-            close = getattr(node, 'close', None)
-            if callable(close):
-                close()  # join worker threads, release hardware/renderers before the context
+        if nodes:
+            for each in reversed(nodes):
+                close = getattr(each, 'close', None)
+                if callable(close):
+                    close()  # join worker threads, release hardware/renderers before the context
             if executor is not None:
                 # rclpy's Executor.shutdown() destroys its guard condition without waiting for
                 # callbacks already handed to the thread pool, which then fail on it ("exception
@@ -183,7 +189,8 @@ def run(factory: Callable[[], Any], args: list[str] | None = None, *, threads: i
                     f'{len(stuck)} thread(s) did not finish within 5 s of shutdown '
                     f'({", ".join(t.name for t in stuck)}); their stacks follow')
                 faulthandler.dump_traceback(all_threads=True)
-            node.destroy_node()
+            for each in reversed(nodes):
+                each.destroy_node()
         root.removeHandler(handler)
         rclpy.try_shutdown()
         if stuck:
