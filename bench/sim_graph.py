@@ -127,9 +127,20 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def write_params(tmp: Path, dispatch_log: Path, viewer: bool, target_rtf: float | None
-                 ) -> tuple[Path, dict]:
+def parse_override(text: str) -> tuple[str, str, Any]:
+    """'node.name=value' (value parsed as YAML) -> (node, name, value)."""
+    key, sep, raw = text.partition('=')
+    node, dot, name = key.partition('.')
+    if not sep or not dot or not node or not name:
+        raise argparse.ArgumentTypeError(f'expected NODE.PARAM=VALUE, got {text!r}')
+    return node, name, yaml.safe_load(raw)
+
+
+def write_params(tmp: Path, dispatch_log: Path, viewer: bool, target_rtf: float | None,
+                 overrides: list[tuple[str, str, Any]] = ()) -> tuple[Path, dict]:
     params = yaml.safe_load(graph.default_params_file('sim').read_text())
+    for node, name, value in overrides:
+        params.setdefault(node, {}).setdefault('ros__parameters', {})[name] = value
     params['sim_bridge']['ros__parameters']['dispatch_log_path'] = str(dispatch_log)
     if target_rtf is not None:
         params['sim_bridge']['ros__parameters']['real_time_factor'] = target_rtf
@@ -305,7 +316,8 @@ def run(args: argparse.Namespace, env: dict[str, str], t_start: float) -> dict[s
 
     tmp = Path(tempfile.mkdtemp(prefix='bench_sim_graph_'))
     dispatch_log = tmp / 'dispatch.jsonl'
-    params_file, params = write_params(tmp, dispatch_log, args.viewer, args.target_rtf)
+    params_file, params = write_params(tmp, dispatch_log, args.viewer, args.target_rtf,
+                                       args.param)
     sim_params = params['sim_bridge']['ros__parameters']
     ctrl_hz = float(sim_params['ctrl_hz'])
     period = 1.0 / ctrl_hz
@@ -525,6 +537,12 @@ def main(argv: list[str] | None = None) -> int:
                         help='folder for sim_graph.json and sim_graph.md')
     parser.add_argument('--keep-logs', action='store_true',
                         help='keep the node logs and dispatch log (path printed)')
+    parser.add_argument('--param', type=parse_override, action='append', default=[],
+                        metavar='NODE.PARAM=VALUE',
+                        help='override one node parameter of config/sim.yaml (repeatable), '
+                             'e.g. planner.backend=transformers')
+    parser.add_argument('--name', default='sim_graph',
+                        help='report file name stem (default sim_graph)')
     args = parser.parse_args(argv)
     t_start = time.monotonic()
     args.loadavg0 = os.getloadavg()[0]
@@ -543,10 +561,12 @@ def main(argv: list[str] | None = None) -> int:
         report = run(args, dict(os.environ), t_start)
 
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / 'sim_graph.json').write_text(json.dumps(report, indent=2) + '\n')
-    (args.out / 'sim_graph.md').write_text(markdown(report))
-    sys.stdout.write(table(report) + f"\n\nreports: {args.out / 'sim_graph.json'}, "
-                     f"{args.out / 'sim_graph.md'} (ROS_DOMAIN_ID {domain})\n")
+    report['run']['param_overrides'] = [f'{n}.{k}={v!r}' for n, k, v in args.param]
+    json_path, md_path = args.out / f'{args.name}.json', args.out / f'{args.name}.md'
+    json_path.write_text(json.dumps(report, indent=2) + '\n')
+    md_path.write_text(markdown(report))
+    sys.stdout.write(table(report) + f"\n\nreports: {json_path}, {md_path} "
+                     f"(ROS_DOMAIN_ID {domain})\n")
     return 0 if not report['run']['truncated_by_wall_cap'] else 1
 
 

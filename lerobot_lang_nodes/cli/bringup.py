@@ -31,6 +31,25 @@ def add_arguments(command: str, parser: argparse.ArgumentParser) -> None:
     parser.add_argument('--composed', action='store_true',
                         help='run planner and policy in one process (`planner_policy`), so a '
                              'hierarchical checkpoint named by both is loaded once')
+    models = parser.add_argument_group(
+        'models', 'point the nodes at learned models (overrides the parameters file)')
+    models.add_argument('--policy-path', default=None, metavar='DIR',
+                        help='LeRobot checkpoint (pretrained_model) directory for the policy; '
+                             'selects the `lerobot` backend unless --policy-backend is given')
+    models.add_argument('--policy-backend', default=None,
+                        help='policy backend (scripted, lerobot, hierarchical)')
+    models.add_argument('--planner-model', default=None, metavar='PATH',
+                        help='Hugging Face model directory (or .gguf file) for the planner; '
+                             'selects the `transformers` backend unless --planner-backend is '
+                             'given')
+    models.add_argument('--planner-backend', default=None,
+                        help='planner backend (scripted, transformers, hierarchical)')
+    models.add_argument('--hierarchical', default=None, metavar='DIR',
+                        help='one LeRobot checkpoint with a text head and an action head '
+                             'serves both planner and policy, loaded once (implies '
+                             '--composed and the `hierarchical` backends)')
+    models.add_argument('--device', default=None,
+                        help='device of both model backends (auto, cpu, cuda, cuda:N)')
     parser.add_argument('--exit-on-success', action='store_true',
                         help='stop everything and exit 0 once the task is reported successful')
     parser.add_argument('--timeout', type=float, default=0.0,
@@ -75,11 +94,60 @@ def _node_specs(command: str, args: argparse.Namespace,
                 cameras: tuple[str, ...]) -> list[graph.NodeSpec]:
     # The real graph has one camera node per camera of the robot YAML.
     specs = list(graph.real_specs(cameras) if command == 'real' else graph.GRAPHS[command])
-    if getattr(args, 'composed', False):
+    if getattr(args, 'composed', False) or getattr(args, 'hierarchical', None):
         specs = list(graph.composed(specs))
     if args.no_viewer:
         specs = [s for s in specs if s.name != 'viewer']
     return specs
+
+
+def model_overrides(args: argparse.Namespace) -> dict[str, dict[str, object]]:
+    """The planner/policy parameters the model options set ({} when none is given)."""
+    out: dict[str, dict[str, object]] = {}
+    policy_path = getattr(args, 'policy_path', None)
+    planner_model = getattr(args, 'planner_model', None)
+    if policy_path:
+        out.setdefault('policy', {}).update(
+            backend='lerobot', model_path=str(Path(policy_path).expanduser().resolve()))
+    if getattr(args, 'policy_backend', None):
+        out.setdefault('policy', {})['backend'] = args.policy_backend
+    if planner_model:
+        model = Path(planner_model).expanduser().resolve()
+        planner = {'backend': 'transformers', 'direct_subtask': False}
+        if model.suffix == '.gguf':
+            planner.update(model_path=str(model.parent), gguf_file=model.name)
+        else:
+            planner['model_path'] = str(model)
+        out.setdefault('planner', {}).update(planner)
+    if getattr(args, 'planner_backend', None):
+        out.setdefault('planner', {})['backend'] = args.planner_backend
+    hierarchical = getattr(args, 'hierarchical', None)
+    if hierarchical:
+        model = str(Path(hierarchical).expanduser().resolve())
+        out.setdefault('planner', {}).update(backend='hierarchical', model_path=model,
+                                             direct_subtask=False)
+        out.setdefault('policy', {}).update(backend='hierarchical', model_path=model)
+    if getattr(args, 'device', None):
+        for node in ('planner', 'policy'):
+            out.setdefault(node, {})['device'] = args.device
+    return out
+
+
+def apply_overrides(params_file: Path, overrides: dict[str, dict[str, object]]) -> Path:
+    """A temporary copy of ``params_file`` with ``overrides`` set (the file itself if none)."""
+    if not overrides:
+        return params_file
+    import tempfile
+
+    import yaml
+    params = yaml.safe_load(params_file.read_text(encoding='utf-8')) or {}
+    for node, values in overrides.items():
+        params.setdefault(node, {}).setdefault('ros__parameters', {}).update(values)
+    fd, name = tempfile.mkstemp(prefix='lerobot_lang_params_', suffix='.yaml')
+    with open(fd, 'w', encoding='utf-8') as f:
+        f.write(f'# {params_file} with the command line model options\n')
+        yaml.safe_dump(params, f, sort_keys=False)
+    return Path(name)
 
 
 def run(command: str, args: argparse.Namespace) -> int:
@@ -95,11 +163,14 @@ def run(command: str, args: argparse.Namespace) -> int:
     if command == 'real':
         from lerobot_lang_nodes.cli import real_config  # the hardware path adds this module
         try:
-            params_file = real_config.params_file_from_robot_yaml(args.robot_yaml, params_file)
+            params_file = real_config.params_file_from_robot_yaml(
+                args.robot_yaml, params_file, overrides=model_overrides(args))
         except real_config.RobotConfigError as exc:
             print(f'error: {exc}', file=sys.stderr)
             return 2
         cameras = tuple(real_config.camera_names(args.robot_yaml))
+    else:
+        params_file = apply_overrides(params_file, model_overrides(args))
     print(f"[lerobot-lang] ROS_DOMAIN_ID={env['ROS_DOMAIN_ID']} "
           f"ROS_AUTOMATIC_DISCOVERY_RANGE={env['ROS_AUTOMATIC_DISCOVERY_RANGE']} "
           f'params={params_file}', flush=True)

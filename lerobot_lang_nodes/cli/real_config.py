@@ -290,11 +290,17 @@ def merged_parameters(robot: dict[str, Any], defaults: dict[str, Any]) -> dict[s
     return out
 
 
-def params_file_from_robot_yaml(robot_yaml: Path, default_params_file: Path) -> Path:
-    """Write the merged ros__parameters file (a temp file) and return its path."""
+def params_file_from_robot_yaml(robot_yaml: Path, default_params_file: Path,
+                                overrides: dict[str, dict[str, Any]] | None = None) -> Path:
+    """Write the merged ros__parameters file (a temp file) and return its path.
+
+    ``overrides`` (node -> parameters, from the command line) win over the robot YAML.
+    """
     robot = load_robot_yaml(robot_yaml)
     defaults = yaml.safe_load(Path(default_params_file).read_text(encoding='utf-8')) or {}
     merged = merged_parameters(robot, defaults)
+    for node, values in (overrides or {}).items():
+        merged.setdefault(node, {}).setdefault('ros__parameters', {}).update(values)
     check_policy(merged, f'{robot_yaml} + {default_params_file}')
     check_planner(merged, f'{robot_yaml} + {default_params_file}')
     fd, name = tempfile.mkstemp(prefix='lerobot_lang_real_', suffix='.yaml')

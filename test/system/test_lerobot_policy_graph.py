@@ -164,3 +164,27 @@ def test_faults_are_counted_on_diagnostics_and_the_node_keeps_serving(
     missing_again = diag_where('missing', lambda s, v: True)  # still up, still reporting
     assert missing_again.level == DiagnosticStatus.ERROR
     assert all(p.alive for p in procs)
+
+
+def test_tiny_diffusion_drives_the_simulator(launch_node, probe, tmp_path) -> None:
+    from lerobot_lang_nodes.tiny_models.policies import build_tiny_diffusion
+    # The U-Net halves the horizon twice: 12 covers n_obs_steps (2) - 1 + the 10-action chunk.
+    ckpt = build_tiny_diffusion(tmp_path / 'diffusion', horizon=12, n_action_steps=CHUNK)
+    params = graph.default_params_file('sim')
+    sim = launch_node('lerobot_lang_nodes.nodes.sim_bridge_node',
+                      *graph.ros_args(graph.SIM[0], params)[1:])
+    policy = launch_node('lerobot_lang_nodes.nodes.policy_node',
+                         *policy_args(params, ckpt, '-p', 'use_sim_time:=true'))
+    chunks = probe.subscribe(ActionChunk, 'action_chunk', qos.COMMAND)
+    status = probe.subscribe(RuntimeStatus, 'runtime_status', qos.STATUS)
+    for name in ('sim_bridge', 'policy'):
+        probe.wait_for_node(name, timeout_s=LOAD_S, processes=[sim, policy])
+    probe.publisher(String, 'task', qos.LATCHED).publish(String(data=TASK))
+    first = chunks.wait_for(timeout_s=LOAD_S, what='a chunk from the Diffusion policy')
+    assert first.backend == 'lerobot' and list(first.action_names) == list(JOINT_NAMES)
+    assert (first.horizon, first.action_dim) == (CHUNK, 6)
+    assert first.control_period_s == pytest.approx(1.0 / CTRL_HZ)
+    assert np.all(np.isfinite(first.values))
+    st = status.wait_for(lambda s: s.last_accepted_sequence >= 2 and s.dispatched >= 2 * CHUNK,
+                         timeout_s=90.0, what='two Diffusion chunks accepted and dispatched')
+    assert st.rejected_invalid == 0, st.last_reject_reason

@@ -1,0 +1,129 @@
+"""`lerobot-lang sim|real` pointed at learned models: the command-line model options.
+
+The end-to-end test is the issue's user story: the sim graph started with a LeRobot checkpoint
+for the policy and a vision-language model directory for the planner, both loaded by the real
+backends; subtasks come from the model and the model's chunks are dispatched by the executor.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from lerobot_lang_nodes import graph
+from lerobot_lang_nodes.cli import bringup, real_config
+
+
+def _args(command: str, *argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    bringup.add_arguments(command, parser)
+    return parser.parse_args(list(argv))
+
+
+def _params(path: Path) -> dict:
+    return yaml.safe_load(path.read_text())
+
+
+def test_no_model_option_leaves_the_parameters_file_alone():
+    params = graph.default_params_file('sim')
+    assert bringup.apply_overrides(params, bringup.model_overrides(_args('sim'))) == params
+
+
+def test_policy_and_planner_options_select_the_model_backends(tmp_path):
+    gguf = tmp_path / 'lm' / 'model.gguf'
+    args = _args('sim', '--policy-path', str(tmp_path / 'act'), '--planner-model', str(gguf),
+                 '--device', 'cpu')
+    out = _params(bringup.apply_overrides(graph.default_params_file('sim'),
+                                          bringup.model_overrides(args)))
+    policy, planner = out['policy']['ros__parameters'], out['planner']['ros__parameters']
+    assert policy['backend'] == 'lerobot' and policy['model_path'] == str(tmp_path / 'act')
+    assert planner['backend'] == 'transformers' and planner['direct_subtask'] is False
+    # A .gguf file is the directory plus gguf_file, as transformers loads it.
+    assert planner['model_path'] == str(gguf.parent) and planner['gguf_file'] == 'model.gguf'
+    assert policy['device'] == planner['device'] == 'cpu'
+    # Everything else of the shipped file is kept.
+    assert out['sim_bridge'] == _params(graph.default_params_file('sim'))['sim_bridge']
+
+
+def test_hierarchical_option_composes_one_process_with_one_model(tmp_path):
+    args = _args('sim', '--hierarchical', str(tmp_path / 'two_head'), '--no-viewer')
+    names = [s.name for s in bringup._node_specs('sim', args, ())]
+    assert names == ['sim_bridge', graph.COMPOSED_NAME]
+    over = bringup.model_overrides(args)
+    assert over['planner']['backend'] == over['policy']['backend'] == 'hierarchical'
+    assert over['planner']['model_path'] == over['policy']['model_path']
+
+
+def test_real_command_line_policy_wins_over_a_robot_yaml_without_one(tmp_path):
+    (tmp_path / 'ckpt').mkdir()
+    (tmp_path / 'ckpt' / 'config.json').write_text(json.dumps({'type': 'act'}))
+    robot = tmp_path / 'robot.yaml'
+    robot.write_text(yaml.safe_dump({'port': '/dev/null', 'calibration': {'id': 'x'},
+                                     'cameras': {'front': {'source': 'synthetic:square'}}}))
+    defaults = graph.default_params_file('real')
+    with pytest.raises(real_config.RobotConfigError, match='no policy checkpoint'):
+        real_config.params_file_from_robot_yaml(robot, defaults)
+    args = _args('real', str(robot), '--policy-path', str(tmp_path / 'ckpt'))
+    out = _params(real_config.params_file_from_robot_yaml(
+        robot, defaults, overrides=bringup.model_overrides(args)))
+    assert out['policy']['ros__parameters']['model_path'] == str(tmp_path / 'ckpt')
+    # No planner model: the task conditions the policy directly.
+    assert out['planner']['ros__parameters']['direct_subtask'] is True
+
+
+@pytest.mark.slow
+def test_sim_runs_a_lerobot_policy_and_a_vlm_planner_from_the_command_line(tmp_path, probe):
+    from lerobot_lang_nodes.testing import require_ml
+    require_ml()
+    from lerobot_lang_msgs.msg import ActionChunk, LanguageContext, RuntimeStatus
+    from lerobot_lang_nodes.nodes import qos
+    from lerobot_lang_nodes.testing import stop_popen
+    from lerobot_lang_nodes.tiny_models import policies, vlm
+
+    act = policies.build_tiny_act(tmp_path / 'act', chunk_size=15)
+    planner_model = vlm.build_trained_vlm(tmp_path / 'vlm', vlm.scene_planner_examples(),
+                                          steps=300)
+    first_subtask = vlm.scene_steps('red')[0]
+    contexts = probe.subscribe(LanguageContext, 'language_context', qos.LATCHED)
+    chunks = probe.subscribe(ActionChunk, 'action_chunk', qos.COMMAND)
+    status = probe.subscribe(RuntimeStatus, 'runtime_status', qos.STATUS)
+    log = tmp_path / 'sim.log'
+    with log.open('w') as out:
+        proc = subprocess.Popen(
+            [sys.executable, '-m', 'lerobot_lang_nodes.cli.main', 'sim', '--no-viewer',
+             '--policy-path', str(act), '--planner-model', str(planner_model),
+             '--device', 'cpu', '--timeout', '240'],
+            stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            start_new_session=True, env={**os.environ, 'HF_HUB_OFFLINE': '1'})
+    try:
+        def running() -> None:
+            assert proc.poll() is None, log.read_text()[-4000:]
+
+        # The default task is sent by the bring-up; the model answers with its first step.
+        ctx = contexts.wait_for(lambda c: c.subtask == first_subtask, timeout_s=180.0,
+                                what=f'subtask {first_subtask!r} from the VLM planner')
+        running()
+        assert ctx.task == bringup.DEFAULT_SIM_TASK
+        chunk = chunks.wait_for(lambda c: c.backend == 'lerobot', timeout_s=120.0,
+                                what='a chunk from the lerobot policy')
+        assert chunk.horizon == 15 and list(chunk.action_names) == list(policies.JOINT_NAMES)
+        st = status.wait_for(lambda s: s.dispatched >= 30, timeout_s=120.0,
+                             what='the lerobot chunks dispatched by sim_bridge')
+        assert st.rejected_invalid == 0, st.last_reject_reason
+        running()
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=60) == 0, log.read_text()[-4000:]
+        text = log.read_text()
+        assert 'Traceback' not in text, text[-4000:]
+        assert "planner ready: backend='transformers'" in text, text[-4000:]
+        assert "policy ready: backend='lerobot'" in text, text[-4000:]
+    finally:
+        stop_popen(proc, 30.0)
