@@ -35,6 +35,7 @@ setup(
             'camera = lerobot_lang_nodes.nodes.camera_node:main',
             # planner + policy in one process (graph.composed; `lerobot-lang sim --composed`).
             'planner_policy = lerobot_lang_nodes.nodes.composed_node:main',
+            'recorder = lerobot_lang_nodes.nodes.recorder_node:main',
         ],
         # Runtime adapters of other packages, by LeRobot policy type (hierarchical/registry.py):
         # `my_policy = "my_package.adapter:MyPolicyAdapter"` in that package's metadata.

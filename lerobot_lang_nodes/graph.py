@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import yaml
+
 from lerobot_lang_nodes import paths
 
 
@@ -19,6 +21,13 @@ class NodeSpec:
     remaps: tuple[tuple[str, str], ...] = field(default_factory=tuple)
     # Names of the nodes one process hosts (composed); empty: one node named `name`.
     hosts: tuple[str, ...] = ()
+    # Console script when it differs from the node name (one `camera` script, many cameras).
+    executable: str = ''
+
+    @property
+    def script(self) -> str:
+        """The `ros2 run lerobot_lang_nodes <script>` executable of this node."""
+        return self.executable or self.name
 
 
 SIM = (
@@ -69,18 +78,22 @@ def composed(specs: tuple[NodeSpec, ...] | list[NodeSpec]) -> tuple[NodeSpec, ..
             out.append(s)
     return tuple(out)
 
+
 CAMERA_TOPICS = ('image_raw', 'camera_info', 'image_raw/compressed')
 
 
 def camera_spec(camera: str) -> NodeSpec:
     """The `camera` node of one real camera: node `<camera>_camera`, cameras/<camera>/ topics."""
     return NodeSpec(f'{camera}_camera', 'lerobot_lang_nodes.nodes.camera_node',
+                    executable='camera',
                     remaps=tuple((t, f'cameras/{camera}/{t}') for t in CAMERA_TOPICS))
 
 
 def real_specs(cameras: tuple[str, ...] | list[str] = ()) -> tuple[NodeSpec, ...]:
     """The REAL graph plus one camera node per configured camera (before the planner)."""
     return (REAL[0], *(camera_spec(c) for c in cameras), *REAL[1:])
+
+
 PARAMS_FILES = {'sim': 'sim.yaml', 'real': 'real.yaml'}
 
 
@@ -100,3 +113,269 @@ def ros_args(spec: NodeSpec, params_file: Path | None) -> list[str]:
     for src, dst in spec.remaps:
         args += ['-r', f'{src}:={dst}']
     return args
+
+
+def namespaced(params: dict) -> dict:
+    """A params-file dict whose node keys match in any namespace (`planner` -> `/**/planner`).
+
+    rcl matches a key against the node's fully qualified name, so a bare `planner:` block is
+    silently ignored by `/robot1/planner`; `/**/planner` matches it under every namespace.
+    """
+    out: dict = {}
+    for key, block in params.items():
+        name = str(key)
+        if not name.startswith('/'):
+            name = f'/**/{name}'
+        out[name] = block
+    return out
+
+
+def plain_keys(params: dict) -> dict:
+    """The inverse of namespaced(): `/**/planner` and `/planner` -> `planner` (`/**` stays)."""
+    out: dict = {}
+    for key, block in params.items():
+        name = str(key)
+        for prefix in ('/**/', '/'):
+            if name.startswith(prefix) and name != '/**' and '/' not in name[len(prefix):]:
+                name = name[len(prefix):]
+                break
+        out[name] = block
+    return out
+
+
+@dataclass(frozen=True)
+class LaunchArgument:
+    """One launch argument of sim.launch.py / real.launch.py (`ros2 launch ... --show-args`)."""
+
+    name: str
+    description: str
+    default: str = ''
+    graphs: tuple[str, ...] = ('sim', 'real')
+    choices: tuple[str, ...] = ()
+
+
+_BOOL = ('true', 'false')
+LAUNCH_ARGUMENTS = (
+    LaunchArgument('params_file', 'ros__parameters YAML for every node; empty = the shipped '
+                   'config/sim.yaml or config/real.yaml (keys are node names, namespace-free)'),
+    LaunchArgument('namespace', 'namespace of every node and topic, e.g. /robot1; empty = root'),
+    LaunchArgument('task', 'task to start with (planner parameter `task`; "direct: X" uses X '
+                   'as the subtask); empty = wait for /task'),
+    LaunchArgument('planner_backend', 'planner backend: scripted, transformers, hierarchical; '
+                   'empty = the params file (transformers when planner_model is set)'),
+    LaunchArgument('planner_model', 'Hugging Face model directory or .gguf file for the '
+                   'planner; empty = none'),
+    LaunchArgument('policy_backend', 'policy backend: scripted, lerobot, hierarchical; empty = '
+                   'the params file (lerobot when policy_path is set)'),
+    LaunchArgument('policy_path', 'LeRobot checkpoint (pretrained_model) directory of the '
+                   'policy; empty = none'),
+    LaunchArgument('hierarchical', 'one checkpoint with a text and an action head for planner '
+                   'and policy (sets both backends to hierarchical); use with composed:=true'),
+    LaunchArgument('device', 'device of the model backends: auto, cpu, cuda, cuda:N; empty = '
+                   'the params file'),
+    LaunchArgument('composed', 'planner and policy in one process (planner_policy) sharing one '
+                   'loaded hierarchical model', 'false', choices=_BOOL),
+    LaunchArgument('use_sim_time', 'nodes other than the simulator follow /clock', 'true',
+                   graphs=('sim',), choices=_BOOL),
+    LaunchArgument('use_sim_time', 'nodes follow /clock (a bag played with --clock)', 'false',
+                   graphs=('real',), choices=_BOOL),
+    LaunchArgument('robot_yaml', 'robot YAML (port, calibration, cameras, safety, policy, '
+                   'planner; see config/robot.example.yaml); the arguments below override it',
+                   graphs=('real',)),
+    LaunchArgument('robot_port', 'serial device of the SO-101 bus, e.g. '
+                   '/dev/serial/by-id/...; empty = robot_yaml', graphs=('real',)),
+    LaunchArgument('calibration', 'LeRobot calibration id, or the path of its JSON file (a '
+                   'value with / or ending in .json); empty = robot_yaml', graphs=('real',)),
+    LaunchArgument('cameras', 'YAML file of cameras, as the robot YAML `cameras:` block '
+                   '(name: {source, width, height, fps, ...}); empty = robot_yaml',
+                   graphs=('real',)),
+    LaunchArgument('max_relative_target_rad', 'safety: clamp each goal to within this of the '
+                   'present joint position (rad); empty = robot_yaml / params file',
+                   graphs=('real',)),
+    LaunchArgument('command_timeout_s', 'safety: hold when no command arrives for this long '
+                   '(s); empty = robot_yaml / params file', graphs=('real',)),
+    LaunchArgument('viewer', 'start the live view (viewer node, MJPEG in a browser)', 'true',
+                   choices=_BOOL),
+    LaunchArgument('viewer_port', 'live view TCP port (the next free one is used if taken); '
+                   'empty = the params file (8010)'),
+    LaunchArgument('record', 'also start the recorder node (rosbag2 MCAP of the session)',
+                   'false', choices=_BOOL),
+    LaunchArgument('record_dir', 'folder the recorder writes its bags into', 'recordings'),
+)
+
+
+def launch_arguments(graph_name: str) -> tuple[LaunchArgument, ...]:
+    """The launch arguments of one graph's launch file."""
+    return tuple(a for a in LAUNCH_ARGUMENTS if graph_name in a.graphs)
+
+
+def model_overrides(policy_path: str = '', policy_backend: str = '', planner_model: str = '',
+                    planner_backend: str = '', hierarchical: str = '',
+                    device: str = '') -> dict[str, dict[str, object]]:
+    """Planner/policy parameters of the model options ({} when none is given)."""
+    out: dict[str, dict[str, object]] = {}
+    if policy_path:
+        out.setdefault('policy', {}).update(
+            backend='lerobot', model_path=str(Path(policy_path).expanduser().resolve()))
+    if policy_backend:
+        out.setdefault('policy', {})['backend'] = policy_backend
+    if planner_model:
+        model = Path(planner_model).expanduser().resolve()
+        planner: dict[str, object] = {'backend': 'transformers', 'direct_subtask': False}
+        if model.suffix == '.gguf':
+            planner.update(model_path=str(model.parent), gguf_file=model.name)
+        else:
+            planner['model_path'] = str(model)
+        out.setdefault('planner', {}).update(planner)
+    if planner_backend:
+        out.setdefault('planner', {})['backend'] = planner_backend
+    if hierarchical:
+        model_dir = str(Path(hierarchical).expanduser().resolve())
+        out.setdefault('planner', {}).update(backend='hierarchical', model_path=model_dir,
+                                             direct_subtask=False)
+        out.setdefault('policy', {}).update(backend='hierarchical', model_path=model_dir)
+    if device:
+        for node in ('planner', 'policy'):
+            out.setdefault(node, {})['device'] = device
+    return out
+
+
+RECORDER = NodeSpec('recorder', 'lerobot_lang_nodes.nodes.recorder_node', required=False)
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    """What a launch file starts: node specs, one resolved params file, the namespace."""
+
+    specs: tuple[NodeSpec, ...]
+    params_file: Path
+    namespace: str
+    params: dict
+
+
+def _truthy(value: str) -> bool:
+    return str(value).strip().lower() in ('true', '1', 'yes', 'on')
+
+
+def _real_robot_overrides(values: dict[str, str]) -> dict[str, dict[str, object]]:
+    drv: dict[str, object] = {}
+    if values.get('robot_port'):
+        drv['port'] = values['robot_port']
+    cal = values.get('calibration', '')
+    if cal:
+        is_path = '/' in cal or cal.endswith('.json')
+        drv['calibration_path' if is_path else 'calibration_id'] = cal
+        drv['calibration_id' if is_path else 'calibration_path'] = ''
+    for key in ('max_relative_target_rad', 'command_timeout_s'):
+        if values.get(key):
+            try:
+                drv[key] = float(values[key])
+            except ValueError:
+                raise ValueError(f'launch argument {key}:={values[key]!r} is not a number; '
+                                 'give seconds / radians, e.g. 0.35') from None
+    out: dict[str, dict[str, object]] = {'so101_driver': drv} if drv else {}
+    if 'calibration_id' in drv:  # the policy converts units with the driver's calibration
+        out['policy'] = {k: drv[k] for k in ('calibration_id', 'calibration_path')}
+    return out
+
+
+def launch_plan(graph_name: str, values: dict[str, str]) -> LaunchPlan:
+    """Resolve launch argument values (strings) into the nodes and parameters to start.
+
+    Shared by launch/sim.launch.py and launch/real.launch.py, so `ros2 launch` starts what
+    `lerobot-lang sim|real` starts; the parameters go into one file whose keys match under
+    any namespace.
+    """
+    import tempfile
+    defaults = {a.name: a.default for a in launch_arguments(graph_name)}
+    unknown = sorted(set(values) - set(defaults))
+    if unknown:
+        raise ValueError(f'unknown launch arguments {unknown}; known: {sorted(defaults)}')
+    v = {**defaults, **{k: str(x) for k, x in values.items()}}
+    params_file = Path(v['params_file']) if v['params_file'] else default_params_file(graph_name)
+    overrides = model_overrides(v['policy_path'], v['policy_backend'], v['planner_model'],
+                                v['planner_backend'], v['hierarchical'], v['device'])
+    cameras: tuple[str, ...] = ()
+    if graph_name == 'real':
+        overrides = _merge(overrides, _real_robot_overrides(v))
+        params, cameras = _real_params(v, params_file, overrides)
+    else:
+        params = plain_keys(yaml.safe_load(params_file.read_text(encoding='utf-8')) or {})
+        for node, node_values in overrides.items():
+            params.setdefault(node, {}).setdefault('ros__parameters', {}).update(node_values)
+    if v['task']:
+        params.setdefault('planner', {}).setdefault('ros__parameters', {})['task'] = v['task']
+    if v['viewer_port']:
+        params.setdefault('viewer', {}).setdefault('ros__parameters', {})['port'] = int(
+            v['viewer_port'])
+    sim_time = _truthy(v['use_sim_time'])
+    specs = list(real_specs(cameras) if graph_name == 'real' else GRAPHS[graph_name])
+    if _truthy(v['composed']) or v['hierarchical']:
+        specs = list(composed(specs))
+    if not _truthy(v['viewer']):
+        specs = [s for s in specs if s.name != 'viewer']
+    if _truthy(v['record']):
+        specs.append(RECORDER)
+        params.setdefault('recorder', {}).setdefault('ros__parameters', {})['output_dir'] = str(
+            Path(v['record_dir']).expanduser().resolve())
+        if cameras:
+            params['recorder']['ros__parameters'].setdefault('cameras', list(cameras))
+    for spec in specs:  # use_sim_time: the argument decides for the nodes that may follow /clock
+        for name in spec.hosts or (spec.name,):
+            block = params.setdefault(name, {}).setdefault('ros__parameters', {})
+            block['use_sim_time'] = sim_time and (spec.use_sim_time or graph_name == 'real'
+                                                  or spec is RECORDER)
+    used = {n for s in specs for n in (s.hosts or (s.name,))}
+    params = {k: b for k, b in params.items() if k in used or k.startswith('/')}
+    fd, name = tempfile.mkstemp(prefix=f'lerobot_lang_{graph_name}_', suffix='.yaml')
+    with open(fd, 'w', encoding='utf-8') as f:
+        f.write(f'# {params_file} with the launch arguments; keys match in any namespace\n')
+        yaml.dump(namespaced(params), f, Dumper=NoAliasDumper, sort_keys=False)
+    ns = v['namespace'].strip()
+    if ns and not ns.startswith('/'):
+        ns = '/' + ns
+    return LaunchPlan(tuple(specs), Path(name), ns.rstrip('/'), params)
+
+
+def _merge(a: dict[str, dict[str, object]], b: dict[str, dict[str, object]]) -> dict:
+    out = {k: dict(x) for k, x in a.items()}
+    for node, values in b.items():
+        out.setdefault(node, {}).update(values)
+    return out
+
+
+def _real_params(v: dict[str, str], params_file: Path,
+                 overrides: dict[str, dict[str, object]]) -> tuple[dict, tuple[str, ...]]:
+    """The REAL graph's parameters from a robot YAML and/or the individual arguments."""
+    import tempfile
+
+    from lerobot_lang_nodes.cli import real_config
+    robot: dict = {}
+    if v['robot_yaml']:
+        robot = yaml.safe_load(Path(v['robot_yaml']).read_text(encoding='utf-8')) or {}
+    if v['cameras']:
+        robot['cameras'] = yaml.safe_load(Path(v['cameras']).read_text(encoding='utf-8')) or {}
+    drv = overrides.get('so101_driver', {})
+    robot.setdefault('port', str(drv.get('port') or ''))
+    robot.setdefault('calibration', {'id': str(drv.get('calibration_id') or ''),
+                                     'path': str(drv.get('calibration_path') or '')})
+    robot.setdefault('cameras', {})
+    # Written next to the file it came from: its relative paths stay relative to that file.
+    source = v['robot_yaml'] or v['cameras']
+    folder = Path(source).resolve().parent if source else None
+    fd, name = tempfile.mkstemp(prefix='.lerobot_lang_robot_', suffix='.yaml', dir=folder)
+    with open(fd, 'w', encoding='utf-8') as f:
+        yaml.safe_dump(robot, f, sort_keys=False)
+    try:
+        merged = real_config.params_file_from_robot_yaml(Path(name), params_file, overrides)
+    finally:
+        Path(name).unlink(missing_ok=True)
+    return (yaml.safe_load(merged.read_text(encoding='utf-8')) or {},
+            tuple(robot['cameras']))
+
+
+class NoAliasDumper(yaml.SafeDumper):
+    """rcl's params-file parser rejects YAML anchors/aliases: write every value in full."""
+
+    def ignore_aliases(self, data: object) -> bool:
+        return True

@@ -230,8 +230,10 @@ class Collector:
                 checked = len(self.messages)
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
+                    # The newest message says where it got stuck (counters, reasons).
+                    last = repr(self.messages[-1])[:1500] if self.messages else 'none'
                     raise WaitTimeout(f'no {what} within {timeout_s:.1f} s '
-                                      f'({len(self.messages)} messages received)')
+                                      f'({len(self.messages)} messages received; last: {last})')
                 self._cond.wait(remaining)
 
 

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import os
+import signal
 import sys
+import time
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -89,3 +92,65 @@ def probe() -> Iterator[RosProbe]:
         yield p
     finally:
         p.close()
+
+
+_SCHEDULING = (os.sched_getscheduler(0), os.sched_getparam(0).sched_priority)
+
+
+@pytest.fixture(autouse=True)
+def normal_cpu_scheduling(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A test must leave the test process's CPU scheduling as it found it.
+
+    Every node process a later test starts inherits it: a test that left this thread real-time
+    (SVT-AV1 encoding as root does) made every later graph starve the machine.
+    """
+    yield
+    now = (os.sched_getscheduler(0), os.sched_getparam(0).sched_priority)
+    if now != _SCHEDULING:
+        os.sched_setscheduler(0, _SCHEDULING[0], os.sched_param(_SCHEDULING[1]))
+        pytest.fail(f'{request.node.nodeid} left the test process with CPU scheduling {now} '
+                    f'(policy, priority) instead of {_SCHEDULING}; restored it', pytrace=False)
+
+
+def _stray_nodes(domain: str) -> list[int]:
+    """PIDs of this package's processes in this run's ROS domain, other than pytest itself."""
+    found = []
+    for entry in Path('/proc').iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            cmdline = (entry / 'cmdline').read_bytes()
+            environ = (entry / 'environ').read_bytes()
+        except OSError:
+            continue
+        if b'lerobot_lang_nodes' in cmdline and \
+                f'ROS_DOMAIN_ID={domain}'.encode() in environ.split(b'\0'):
+            found.append(int(entry.name))
+    return found
+
+
+@pytest.fixture(scope='module', autouse=True)
+def no_stray_nodes(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A test module must not leave node processes behind in the shared domain (checked after
+    its module-scoped fixtures, such as a driver rig, are torn down).
+
+    A leftover simulator keeps publishing /clock: every later graph then sees time jump back
+    and forth, and the tests after it fail for no fault of their own. Leftovers are given a
+    moment to exit, then killed (they were started by this run) and reported as a warning
+    naming the test that leaked them.
+    """
+    yield
+    domain = str(request.config.stash[_DOMAIN_KEY])
+    deadline = time.monotonic() + 15.0
+    stray = _stray_nodes(domain)
+    while stray and time.monotonic() < deadline:
+        time.sleep(0.2)  # polling for exits of processes this test started
+        stray = _stray_nodes(domain)
+    for pid in stray:
+        try:
+            cmd = Path(f'/proc/{pid}/cmdline').read_bytes().replace(b'\0', b' ')[:120]
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            continue
+        warnings.warn(f'{request.node.nodeid} left node process {pid} running ({cmd!r}); '
+                      'killed it', stacklevel=1)

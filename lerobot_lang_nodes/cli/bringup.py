@@ -1,9 +1,16 @@
-"""`lerobot-lang sim` / `real`: start a node graph, one process per node, and supervise it."""
+"""`lerobot-lang sim` / `real`: start a node graph, one process per node, and supervise it.
+
+Each run writes one session folder (`outputs/<date-time>/` or `--output-dir`): the annotated
+live view as MP4 and a rolling latest.png, every node's log, the effective parameters, and with
+`--record` the rosbag2 recording of the session.
+"""
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -16,6 +23,8 @@ from lerobot_lang_nodes.procs import kill_with_stacks
 
 DEFAULT_SIM_TASK = 'put the red cube in the bowl'
 STOP_TIMEOUT_S = 10.0
+OUTPUTS = Path('outputs')
+_LIVE_VIEW = re.compile(r'live view: (http://\S+)')
 
 
 def add_arguments(command: str, parser: argparse.ArgumentParser) -> None:
@@ -28,6 +37,18 @@ def add_arguments(command: str, parser: argparse.ArgumentParser) -> None:
     parser.add_argument('--task', default=DEFAULT_SIM_TASK if command == 'sim' else '',
                         help='task to start with (empty: wait for /task); default %(default)r')
     parser.add_argument('--no-viewer', action='store_true', help='do not start the live view')
+    parser.add_argument('--viewer-port', type=int, default=None, metavar='PORT',
+                        help='live view port (default: the params file, 8010; the next free '
+                             'port is used when it is taken)')
+    parser.add_argument('--namespace', default='',
+                        help='namespace of every node and topic, e.g. /robot1 (default /)')
+    session = parser.add_argument_group('session folder')
+    session.add_argument('--output-dir', type=Path, default=None, metavar='DIR',
+                         help='session folder for the live view MP4, latest.png, node logs and '
+                              'the bag (default: outputs/<date-time>/)')
+    session.add_argument('--record', action='store_true',
+                         help='record the session (rosbag2 MCAP, recorder node) into '
+                              'DIR/bags')
     parser.add_argument('--composed', action='store_true',
                         help='run planner and policy in one process (`planner_policy`), so a '
                              'hierarchical checkpoint named by both is loaded once')
@@ -59,8 +80,14 @@ def add_arguments(command: str, parser: argparse.ArgumentParser) -> None:
 class Supervised:
     """A node process whose output is printed line by line with a `[name]` prefix."""
 
-    def __init__(self, spec: graph.NodeSpec, argv: list[str], env: dict[str, str]) -> None:
+    def __init__(self, spec: graph.NodeSpec, argv: list[str], env: dict[str, str],
+                 log_dir: Path | None = None, on_line=None) -> None:
         self.spec = spec
+        self._log = None
+        if log_dir is not None:
+            log_dir.mkdir(parents=True, exist_ok=True)
+            self._log = (log_dir / f'{spec.name}.log').open('a', encoding='utf-8', buffering=1)
+        self._on_line = on_line
         # Own session: a terminal's Ctrl-C reaches only the supervisor, which forwards one
         # SIGINT; a second one could interrupt a node's shutdown (a driver dropping torque).
         env = {**env, graph.SUPERVISOR_PID_ENV: str(os.getpid())}  # see runner
@@ -75,6 +102,12 @@ class Supervised:
         for line in self.proc.stdout:
             sys.stdout.write(f'[{self.spec.name}] {line}')
             sys.stdout.flush()
+            if self._log is not None:
+                self._log.write(line)
+            if self._on_line is not None:
+                self._on_line(self.spec.name, line)
+        if self._log is not None:
+            self._log.close()
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -98,39 +131,17 @@ def _node_specs(command: str, args: argparse.Namespace,
         specs = list(graph.composed(specs))
     if args.no_viewer:
         specs = [s for s in specs if s.name != 'viewer']
+    if getattr(args, 'record', False):
+        specs.append(graph.RECORDER)
     return specs
 
 
 def model_overrides(args: argparse.Namespace) -> dict[str, dict[str, object]]:
     """The planner/policy parameters the model options set ({} when none is given)."""
-    out: dict[str, dict[str, object]] = {}
-    policy_path = getattr(args, 'policy_path', None)
-    planner_model = getattr(args, 'planner_model', None)
-    if policy_path:
-        out.setdefault('policy', {}).update(
-            backend='lerobot', model_path=str(Path(policy_path).expanduser().resolve()))
-    if getattr(args, 'policy_backend', None):
-        out.setdefault('policy', {})['backend'] = args.policy_backend
-    if planner_model:
-        model = Path(planner_model).expanduser().resolve()
-        planner = {'backend': 'transformers', 'direct_subtask': False}
-        if model.suffix == '.gguf':
-            planner.update(model_path=str(model.parent), gguf_file=model.name)
-        else:
-            planner['model_path'] = str(model)
-        out.setdefault('planner', {}).update(planner)
-    if getattr(args, 'planner_backend', None):
-        out.setdefault('planner', {})['backend'] = args.planner_backend
-    hierarchical = getattr(args, 'hierarchical', None)
-    if hierarchical:
-        model = str(Path(hierarchical).expanduser().resolve())
-        out.setdefault('planner', {}).update(backend='hierarchical', model_path=model,
-                                             direct_subtask=False)
-        out.setdefault('policy', {}).update(backend='hierarchical', model_path=model)
-    if getattr(args, 'device', None):
-        for node in ('planner', 'policy'):
-            out.setdefault(node, {})['device'] = args.device
-    return out
+    return graph.model_overrides(
+        *(getattr(args, k, None) or '' for k in ('policy_path', 'policy_backend',
+                                                 'planner_model', 'planner_backend',
+                                                 'hierarchical', 'device')))
 
 
 def apply_overrides(params_file: Path, overrides: dict[str, dict[str, object]]) -> Path:
@@ -148,6 +159,41 @@ def apply_overrides(params_file: Path, overrides: dict[str, dict[str, object]]) 
         f.write(f'# {params_file} with the command line model options\n')
         yaml.safe_dump(params, f, sort_keys=False)
     return Path(name)
+
+
+def session_dir(args: argparse.Namespace) -> Path:
+    """The session folder of this run (created)."""
+    folder = args.output_dir or OUTPUTS / datetime.datetime.now().strftime('%Y-%m-%d_%H-%M-%S')
+    folder = Path(folder).expanduser().resolve()
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def session_params(params_file: Path, folder: Path, args: argparse.Namespace,
+                   specs: list[graph.NodeSpec]) -> Path:
+    """folder/params.yaml: ``params_file`` plus the session sinks, keys valid in any namespace."""
+    import yaml
+    params = yaml.safe_load(params_file.read_text(encoding='utf-8')) or {}
+    names = {n for s in specs for n in (s.hosts or (s.name,))}
+    if 'viewer' in names:
+        viewer = params.setdefault('viewer', {}).setdefault('ros__parameters', {})
+        viewer.setdefault('mp4_path', str(folder / 'live_view.mp4'))
+        viewer.setdefault('latest_png_path', str(folder / 'latest.png'))
+        if args.viewer_port is not None:
+            viewer['port'] = args.viewer_port
+    if 'recorder' in names:
+        recorder = params.setdefault('recorder', {}).setdefault('ros__parameters', {})
+        recorder['output_dir'] = str(folder / 'bags')
+        sim_time = any(s.use_sim_time for s in specs)
+        recorder.setdefault('use_sim_time', sim_time)
+        cameras = params.get('viewer', {}).get('ros__parameters', {}).get('cameras')
+        if cameras:
+            recorder.setdefault('cameras', cameras)
+    out = folder / 'params.yaml'
+    with out.open('w', encoding='utf-8') as f:
+        f.write(f'# {params_file} with the session settings; keys match in any namespace\n')
+        yaml.dump(graph.namespaced(params), f, Dumper=graph.NoAliasDumper, sort_keys=False)
+    return out
 
 
 def run(command: str, args: argparse.Namespace) -> int:
@@ -171,10 +217,20 @@ def run(command: str, args: argparse.Namespace) -> int:
         cameras = tuple(real_config.camera_names(args.robot_yaml))
     else:
         params_file = apply_overrides(params_file, model_overrides(args))
+    specs = _node_specs(command, args, cameras)
+    folder = session_dir(args)
+    params_file = session_params(params_file, folder, args, specs)
     print(f"[lerobot-lang] ROS_DOMAIN_ID={env['ROS_DOMAIN_ID']} "
           f"ROS_AUTOMATIC_DISCOVERY_RANGE={env['ROS_AUTOMATIC_DISCOVERY_RANGE']} "
           f'params={params_file}', flush=True)
+    print(f'[lerobot-lang] session folder: {folder}', flush=True)
     procs: list[Supervised] = []
+    urls: list[str] = []
+
+    def on_line(name: str, line: str) -> None:
+        match = _LIVE_VIEW.search(line) if name == 'viewer' else None
+        if match:
+            urls.append(match.group(1))
     stopping = threading.Event()
 
     def on_signal(_sig, _frame) -> None:
@@ -183,10 +239,12 @@ def run(command: str, args: argparse.Namespace) -> int:
     old_int = signal.signal(signal.SIGINT, on_signal)
     old_term = signal.signal(signal.SIGTERM, on_signal)
     try:
-        for spec in _node_specs(command, args, cameras):
+        for spec in specs:
             argv = [sys.executable, '-m', spec.module, *graph.ros_args(spec, params_file)]
-            procs.append(Supervised(spec, argv, env))
-        return _supervise(args, procs, stopping, _viewer_url(params_file))
+            if args.namespace:
+                argv += ['-r', f"__ns:={'/' + args.namespace.strip('/')}"]
+            procs.append(Supervised(spec, argv, env, folder / 'logs', on_line))
+        return _supervise(args, procs, stopping, urls)
     finally:
         for p in procs:
             p.stop()
@@ -194,19 +252,41 @@ def run(command: str, args: argparse.Namespace) -> int:
             p.wait(STOP_TIMEOUT_S)
         signal.signal(signal.SIGINT, old_int)
         signal.signal(signal.SIGTERM, old_term)
+        print(f'[lerobot-lang] session folder: {folder}', flush=True)
         print('[lerobot-lang] stopped', flush=True)
 
 
-def _viewer_url(params_file: Path) -> str:
-    import yaml
-    with params_file.open() as f:
-        params = (yaml.safe_load(f) or {}).get('viewer', {}).get('ros__parameters', {})
-    host = params.get('bind_address', '127.0.0.1')
-    return f"http://{'127.0.0.1' if host in ('0.0.0.0', '') else host}:{params.get('port', 8010)}/"
+class OutcomeAnnouncer:
+    """Prints task changes and each success once, with the time taken since the task began."""
+
+    def __init__(self, write=print) -> None:
+        self._write = write
+        self._task = ''
+        self._started = time.monotonic()
+        self._announced: set[tuple[str, int]] = set()
+        self.succeeded = False
+
+    def on_context(self, msg) -> None:
+        if msg.task != self._task:
+            previous, self._task = self._task, msg.task
+            self._started = time.monotonic()
+            if msg.task:
+                self._write(f'task: {msg.task}')
+            elif previous:  # e.g. a scene reset: nothing runs until a new task is sent
+                self._write('task cleared: send a new task')
+
+    def on_outcome(self, msg) -> None:
+        key = (msg.goal, int(msg.context_revision))
+        if not msg.success or not msg.goal or key in self._announced:
+            return
+        self._announced.add(key)
+        self.succeeded = True
+        self._write(f'task succeeded: {msg.goal} ({msg.detail}) after '
+                    f'{time.monotonic() - self._started:.1f} s')
 
 
 def _supervise(args: argparse.Namespace, procs: list[Supervised], stopping: threading.Event,
-               viewer_url: str) -> int:
+               urls: list[str]) -> int:
     import rclpy
     from std_msgs.msg import String
 
@@ -215,16 +295,19 @@ def _supervise(args: argparse.Namespace, procs: list[Supervised], stopping: thre
     from lerobot_lang_msgs.msg import TaskOutcome
     from lerobot_lang_nodes.nodes import qos
     # Keep our SIGINT/SIGTERM handlers: rclpy's would shut the context down under the loop.
+    from lerobot_lang_msgs.msg import LanguageContext
     rclpy.init(signal_handler_options=SignalHandlerOptions.NO)
-    node = rclpy.create_node('lerobot_lang_bringup')
-    succeeded = threading.Event()
-    def on_outcome(msg: TaskOutcome) -> None:
-        if msg.success and args.task and msg.goal:
-            succeeded.set()
-
-    node.create_subscription(TaskOutcome, 'task_outcome', on_outcome, qos.LATCHED)
+    node = rclpy.create_node('lerobot_lang_bringup',
+                             namespace='/' + args.namespace.strip('/') if args.namespace else '')
+    announcer = OutcomeAnnouncer(lambda text: print(f'[lerobot-lang] {text}', flush=True))
+    node.create_subscription(TaskOutcome, 'task_outcome', announcer.on_outcome, qos.LATCHED)
+    node.create_subscription(LanguageContext, 'language_context', announcer.on_context,
+                             qos.LATCHED)
     task_pub = node.create_publisher(String, 'task', qos.LATCHED)
     task_sent = not args.task
+    if not args.task:
+        print('[lerobot-lang] no task given: send one with `lerobot-lang task TEXT` or type '
+              '`/task TEXT` in `lerobot-lang console`', flush=True)
     viewer_url_printed = False
     started = time.monotonic()
     try:
@@ -238,12 +321,11 @@ def _supervise(args: argparse.Namespace, procs: list[Supervised], stopping: thre
                     return 1
             if not task_sent and task_pub.get_subscription_count() > 0:
                 task_pub.publish(String(data=args.task))
-                print(f'[lerobot-lang] task: {args.task}', flush=True)
                 task_sent = True
-            if not viewer_url_printed and 'viewer' in node.get_node_names():
-                print(f'[lerobot-lang] live view: {viewer_url}', flush=True)
+            if not viewer_url_printed and urls:
+                print(f'[lerobot-lang] live view: {urls[0]}', flush=True)
                 viewer_url_printed = True
-            if args.exit_on_success and succeeded.is_set():
+            if args.exit_on_success and announcer.succeeded:
                 print('[lerobot-lang] task succeeded', flush=True)
                 return 0
             if args.timeout and time.monotonic() - started > args.timeout:

@@ -21,6 +21,13 @@ SUBCOMMANDS = {
     'pause': ('lerobot_lang_nodes.cli.operator', 'pause the robot (/pause)'),
     'resume': ('lerobot_lang_nodes.cli.operator', 'resume the robot (/resume)'),
     'status': ('lerobot_lang_nodes.cli.operator', 'print runtime status and language context'),
+    'reset': ('lerobot_lang_nodes.cli.operator', 'reset the simulated scene (/sim/reset)'),
+    'burst': ('lerobot_lang_nodes.cli.operator',
+              'act for SECONDS, then pause (the executor\'s timed burst, /burst)'),
+    'console': ('lerobot_lang_nodes.cli.console',
+                'interactive console: interjections, /task, /ask, /pause, ... in one terminal'),
+    'record': ('lerobot_lang_nodes.cli.record', 'record the running graph (rosbag2 MCAP)'),
+    'export': ('lerobot_lang_nodes.cli.export', 'export bags to a LeRobot v3.0 dataset'),
 }
 
 

@@ -1,4 +1,7 @@
-"""Operator commands (task, run, say, ask, pause, resume, status) for machines without ros2cli."""
+"""Operator commands (task, run, say, ask, pause, resume, burst, reset, status) without ros2cli.
+
+Each starts, joins the graph, does one thing and exits; `lerobot-lang console` stays connected.
+"""
 
 from __future__ import annotations
 
@@ -45,6 +48,8 @@ def add_arguments(command: str, parser: argparse.ArgumentParser) -> None:
         parser.add_argument('--time-limit', type=float, default=0.0, metavar='S',
                             help='give up after S seconds of the graph clock (sim time in '
                                  'simulation); 0 = no limit (default)')
+    if command == 'burst':
+        parser.add_argument('seconds', type=float, help='how long to act before pausing (s)')
     if command == 'ask':
         parser.add_argument('question', nargs='+', help='the question')
         parser.add_argument('--camera', default='', help='camera to ground on (default view)')
@@ -222,6 +227,27 @@ def _trigger(name: str):
     return command
 
 
+def _cmd_burst(node, args) -> int:
+    from std_msgs.msg import Float64
+
+    from lerobot_lang_nodes.nodes import qos
+    if not args.seconds > 0:
+        print(f'error: burst needs seconds > 0, got {args.seconds}', file=sys.stderr)
+        return 2
+    topic = _topic(args.namespace, 'burst')
+    pub = node.create_publisher(Float64, topic, qos.COMMAND)
+    if not _spin_until(node, lambda: pub.get_subscription_count() > 0, args.timeout):
+        print(f'error: nobody subscribes to {topic} {_graph_hint()}', file=sys.stderr)
+        return 2
+    pub.publish(Float64(data=args.seconds))
+    if not pub.wait_for_all_acked(rclpy_duration(args.timeout)):
+        print(f'error: {topic} message not acknowledged within {args.timeout} s',
+              file=sys.stderr)
+        return 2
+    print(f'burst: acting for {args.seconds:g} s, then pausing')
+    return 0
+
+
 def _cmd_status(node, args) -> int:
     from lerobot_lang_msgs.msg import LanguageContext, RuntimeStatus
     from lerobot_lang_nodes.nodes import qos
@@ -247,4 +273,5 @@ def _cmd_status(node, args) -> int:
 
 
 _COMMANDS = {'task': _cmd_task, 'run': _cmd_run, 'say': _cmd_say, 'ask': _cmd_ask,
-             'pause': _trigger('pause'), 'resume': _trigger('resume'), 'status': _cmd_status}
+             'pause': _trigger('pause'), 'resume': _trigger('resume'), 'status': _cmd_status,
+             'reset': _trigger('sim/reset'), 'burst': _cmd_burst}

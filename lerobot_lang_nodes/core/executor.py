@@ -8,7 +8,16 @@ Rules (see ``ChunkExecutor`` for the details of each):
 * A chunk is *invalid* when its action names differ from the robot's (same order), its shape
   disagrees with the names, it is empty or longer than ``max_horizon``, it holds a non-finite
   value, or a value is outside the configured limits. Invalid chunks are rejected with a reason.
-* A chunk is *stale* when it was conditioned on an older language-context revision, when it was
+* Revisions (ARCHITECTURE.md, "Revision rules"): the executor knows the newest ``revision``
+  and the newest ``flush_revision`` (the revision of the latest operator change). A chunk
+  computed for a revision older than ``flush_revision`` is stale, and learning a newer
+  ``flush_revision`` (from the context or from a chunk) drops every queued action older than
+  it. A chunk of an older *subtask* of the current flush epoch is still accepted, unless a
+  chunk of a newer revision was accepted already ('superseded'): accepted chunks, and so
+  dispatched actions, never go back in revision.
+  A chunk without ``flush_revision`` (None) treats its own revision as one (every change
+  flushes).
+* A chunk is *stale* when its revision is too old (above), when it was
   observed before the last pause, when it arrives while paused, or when time alignment finds
   that all its actions are already in the past. Stale chunks are discarded, never executed.
 * ``discarded_stale`` counts chunks, never single actions: a rejected stale submission counts
@@ -70,6 +79,7 @@ class Chunk:
     period_s: float = 0.0
     instruction: str = ''
     backend: str = ''
+    flush_revision: int | None = None  # None: the chunk's own revision (every change flushes)
 
     def __post_init__(self) -> None:
         try:
@@ -94,6 +104,13 @@ class Chunk:
             except (TypeError, ValueError) as exc:
                 raise InvalidChunk(f'chunk {name} must be an integer, got {raw!r}',
                                    reason=f'{name} {raw!r} is not an integer') from exc
+        if self.flush_revision is not None:
+            try:
+                object.__setattr__(self, 'flush_revision', int(self.flush_revision))
+            except (TypeError, ValueError) as exc:
+                raise InvalidChunk(
+                    f'chunk flush_revision must be an integer, got {self.flush_revision!r}',
+                    reason=f'flush_revision {self.flush_revision!r} is not an integer') from exc
         for name in ('stamp_s', 'period_s'):
             raw = getattr(self, name)
             try:
@@ -168,6 +185,14 @@ class ExecutorConfig:
     blend_new_weight: float = 0.5
     time_align: bool = True
     start_paused: bool = False
+    # A chunk's control period may differ from 1/ctrl_hz by this fraction; the queue plays one
+    # action per tick, so a chunk made for another rate would run too fast or too slow.
+    period_tolerance: float = 0.02
+    # Chunks stamped further ahead than this (on the executor's clock) are refused: a policy
+    # stamps the observation it was computed from, which cannot lie in the future.
+    max_future_s: float = 1.0
+    # Rejections are logged on the first one of each kind, then on every Nth with a count.
+    log_every: int = 20
 
     def __post_init__(self) -> None:
         if isinstance(self.action_names, str):
@@ -211,6 +236,12 @@ class ExecutorConfig:
         for name in ('time_align', 'start_paused'):
             if not isinstance(getattr(self, name), bool):
                 raise config_error(name, getattr(self, name), 'True or False')
+        for name in ('period_tolerance', 'max_future_s'):
+            value = getattr(self, name)
+            if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
+                raise config_error(name, value, 'a finite number >= 0')
+        if not isinstance(self.log_every, int) or self.log_every < 1:
+            raise config_error('log_every', self.log_every, 'an integer >= 1')
 
 
 @dataclass(frozen=True)
@@ -245,6 +276,7 @@ class ExecutorStatus:
     dropped_actions: int = 0  # queued actions removed without dispatch (any cause)
     catchup_skipped: int = 0  # actions popped by catch-up but not returned
     burst_deadline_s: float | None = None
+    flush_revision: int = 0  # newest operator change known; older chunks are discarded
 
 
 class DispatchRecord(NamedTuple):
@@ -305,6 +337,8 @@ class ChunkExecutor:
         self._queue: deque[_Entry] = deque()
         self._mode = MODE_PAUSED if cfg.start_paused else MODE_ACTION
         self._revision = 0
+        self._flush_revision = 0
+        self._newest_chunk_rev = -1  # revision of the newest accepted chunk
         self._deadline: float | None = None
         self._last_dispatch_s: float | None = None
         self._last_now_s: float | None = None
@@ -316,6 +350,7 @@ class ChunkExecutor:
         self._last_accepted_seq = -1
         self._active_instruction = ''
         self._last_reject = ''
+        self._reject_counts: dict[str, int] = {}
         self._dispatched = 0
         self._discarded_stale = 0
         self._rejected_invalid = 0
@@ -384,6 +419,12 @@ class ChunkExecutor:
             return f'stamp_s {chunk.stamp_s!r} is not finite'
         if not math.isfinite(chunk.period_s) or chunk.period_s < 0:
             return f'period_s {chunk.period_s!r} must be finite and >= 0 (0 = 1/ctrl_hz)'
+        if chunk.period_s and abs(chunk.period_s - self._period) > (
+                self.cfg.period_tolerance * self._period):
+            return (f'control period {chunk.period_s:.6g} s does not match the executor\'s '
+                    f'{self._period:.6g} s (ctrl_hz {self.cfg.ctrl_hz:g}); the executor plays '
+                    'one action per tick: compute the chunk at its rate (RuntimeStatus.'
+                    'control_period_s) or resample it')
         return ''
 
     def submit(self, chunk: Chunk, now_s: float) -> SubmitResult:
@@ -391,16 +432,27 @@ class ChunkExecutor:
         with self._lock:
             self._observe_clock(now_s)
             problem = self.validate(chunk)
+            if not problem and chunk.stamp_s > now_s + self.cfg.max_future_s:
+                problem = (f'stamped {chunk.stamp_s - now_s:.3f} s in the future (stamp '
+                           f'{chunk.stamp_s:.6f}, now {now_s:.6f}, at most '
+                           f'{self.cfg.max_future_s:g} s ahead): are the clocks the same '
+                           '(use_sim_time on every node)?')
             if problem:
                 self._rejected_invalid += 1
                 self._last_reject = problem
-                logger.warning('rejected invalid chunk %s: %s', chunk.sequence, problem)
+                self._log_reject('invalid', f'rejected invalid chunk {chunk.sequence}: {problem}')
                 return SubmitResult(False, 'invalid', problem)
-            if chunk.revision < self._revision:
+            flush = chunk.revision if chunk.flush_revision is None else min(
+                chunk.flush_revision, chunk.revision)
+            if chunk.revision < self._flush_revision:
                 return self._stale(chunk, f'stale revision: chunk revision {chunk.revision} '
-                                          f'< current revision {self._revision}')
-            if chunk.revision > self._revision:
-                self._advance_revision(chunk.revision)
+                                          f'< flush revision {self._flush_revision} (an '
+                                          'operator change came after it)')
+            self._advance_revision(chunk.revision, flush)
+            if chunk.revision < self._newest_chunk_rev:
+                return self._stale(chunk, f'superseded: chunk revision {chunk.revision} < '
+                                          f'revision {self._newest_chunk_rev} of an accepted '
+                                          'chunk')
             if self._mode == MODE_PAUSED:
                 return self._stale(chunk, 'paused')
             if chunk.stamp_s < self._pause_guard_s:
@@ -428,6 +480,7 @@ class ChunkExecutor:
                     self._queue.pop()  # the far future goes first; the next chunk refills it
                 self._dropped += truncated
             self._accepted += 1
+            self._newest_chunk_rev = max(self._newest_chunk_rev, chunk.revision)
             self._last_accepted_seq = chunk.sequence
             self._last_horizon = chunk.horizon
             queued = sum(1 for e in self._queue if e.sequence == chunk.sequence)
@@ -439,14 +492,23 @@ class ChunkExecutor:
         with self._lock:
             self._rejected_invalid += 1
             self._last_reject = reason
-        logger.warning('rejected malformed chunk: %s', reason)
+            self._log_reject('invalid', f'rejected malformed chunk: {reason}')
         return SubmitResult(False, 'invalid', reason)
 
     def _stale(self, chunk: Chunk, reason: str) -> SubmitResult:
         self._discarded_stale += 1
         self._last_reject = reason
-        logger.info('discarded stale chunk %s: %s', chunk.sequence, reason)
+        self._log_reject('stale', f'discarded stale chunk {chunk.sequence}: {reason}')
         return SubmitResult(False, 'stale', reason)
+
+    def _log_reject(self, kind: str, text: str) -> None:
+        """One line per refused chunk, throttled: the first of a kind, then every Nth."""
+        n = self._reject_counts[kind] = self._reject_counts.get(kind, 0) + 1
+        if n != 1 and n % self.cfg.log_every:
+            return
+        suffix = '' if n == 1 else f' ({n} {kind} chunks so far)'
+        # Stale chunks are routine after an operator change; invalid ones are a policy bug.
+        logger.log(logging.WARNING if kind == 'invalid' else logging.INFO, text + suffix)
 
     def _merge(self, new: list[_Entry]) -> None:
         if self.cfg.replace == 'append':
@@ -468,21 +530,34 @@ class ChunkExecutor:
 
     # ---------------------------------------------------------------- context / mode
 
-    def set_revision(self, revision: int) -> None:
-        """Advance to a newer context revision, discarding queued actions of older ones."""
+    @property
+    def flush_revision(self) -> int:
+        """The newest operator change known: chunks of older revisions are discarded."""
         with self._lock:
-            if int(revision) > self._revision:
-                self._advance_revision(int(revision))
+            return self._flush_revision
 
-    def _advance_revision(self, revision: int) -> None:
-        stale = [e for e in self._queue if e.revision < revision]
-        if stale:
-            self._discarded_stale += len({e.sequence for e in stale})
-            self._dropped += len(stale)
-            self._queue = deque(e for e in self._queue if e.revision >= revision)
-            logger.info('revision %s -> %s: dropped %s queued actions', self._revision,
-                        revision, len(stale))
-        self._revision = revision
+    def set_revision(self, revision: int, flush_revision: int | None = None) -> None:
+        """Learn the context's revision and flush revision (None: ``revision`` flushes).
+
+        Queued actions older than a newer flush revision are dropped; a planner subtask change
+        (``revision`` newer, flush revision unchanged) keeps the queue.
+        """
+        with self._lock:
+            revision = int(revision)
+            self._advance_revision(revision, revision if flush_revision is None
+                                   else min(int(flush_revision), revision))
+
+    def _advance_revision(self, revision: int, flush_revision: int) -> None:
+        if flush_revision > self._flush_revision:
+            stale = [e for e in self._queue if e.revision < flush_revision]
+            if stale:
+                self._discarded_stale += len({e.sequence for e in stale})
+                self._dropped += len(stale)
+                self._queue = deque(e for e in self._queue if e.revision >= flush_revision)
+                logger.info('flush at revision %s (was %s): dropped %s queued actions',
+                            flush_revision, self._flush_revision, len(stale))
+            self._flush_revision = flush_revision
+        self._revision = max(self._revision, revision)
 
     def pause(self, now_s: float | None = None) -> None:
         """Stop dispatching and clear the queue; ``now_s`` defaults to the last time seen."""
@@ -620,4 +695,5 @@ class ChunkExecutor:
                 dropped_actions=self._dropped,
                 catchup_skipped=self._catchup_skipped,
                 burst_deadline_s=self._deadline,
+                flush_revision=self._flush_revision,
             )

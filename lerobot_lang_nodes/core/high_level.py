@@ -124,9 +124,13 @@ class HighLevelPlanner:
         self.regenerate(now_s, observation)
         return True
 
-    def regenerate(self, now_s: float, observation: Mapping | None = None) -> str:
+    def regenerate(self, now_s: float, observation: Mapping | None = None,
+                   flush: bool = False) -> str:
         """Unthrottled: generate the subtask, then memory if the subtask changed.
 
+        ``flush``: the regeneration answers an operator's interjection, so a changed subtask
+        is an operator change (executors drop the queued actions); otherwise it is the
+        planner's own progression and queued actions keep running.
         Returns 'changed', 'repeat', 'empty', 'failed', 'stale' or 'skipped' (no task).
         """
         self.throttle.mark(now_s)
@@ -142,7 +146,8 @@ class HighLevelPlanner:
                 self.last_outcome = 'failed'
                 return self.last_outcome
             outcome = self.state.set_subtask(text, source='planner',
-                                             expected_revision=snap.revision)
+                                             expected_revision=snap.revision,
+                                             flush=True if flush else None)
             if outcome == 'stale':
                 self._count(self.discarded, 'subtask')
             if outcome == 'changed' and self.cfg.enable_memory:

@@ -3,9 +3,11 @@
 The executor reports (RuntimeStatus) its mode, whether its queue is below the refill threshold,
 the language revision it runs and the last chunk it accepted. The gate starts an inference when
 the executor needs one, one chunk at a time (a published chunk is awaited until acknowledged),
-at most ``max_hz`` for refills, and at once for the first chunk of a newer revision: the
-executor drops its queue when the revision changes, so every tick of delay there is a tick the
-arm holds still.
+at most ``max_hz`` for refills, and at once for the first chunk after an operator change (a
+newer flush revision): the executor drops its queue then, so every tick of delay there is a
+tick the arm holds still. A planner subtask change (revision newer, flush revision unchanged)
+keeps the queue running: its first chunk waits for the refill edge like any other.
+Without a flush revision (None) every revision counts as an operator change.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ class ExecutorView:
     needs_refill: bool
     revision: int         # language revision the executor runs
     fresh: bool = True    # the status is recent enough to act on
+    flush_revision: int | None = None  # newest operator change it knows (None: revision)
 
 
 class InferenceGate:
@@ -33,33 +36,36 @@ class InferenceGate:
         self.ack_timeout_s = ack_timeout_s
         self._awaiting: tuple[int, float] | None = None  # (sequence, time published)
         self._last_start = float('-inf')
-        self._last_revision = -1  # revision of the last inference started
+        self._last_flush = -1  # flush revision of the last inference started
 
     @property
     def awaiting(self) -> int | None:
         """Sequence of the published chunk not yet acknowledged, if any."""
         return self._awaiting[0] if self._awaiting is not None else None
 
-    def should_start(self, now: float, executor: ExecutorView, revision: int) -> bool:
-        """True when an inference for ``revision`` should start now."""
+    def should_start(self, now: float, executor: ExecutorView, revision: int,
+                     flush_revision: int | None = None) -> bool:
+        """True when an inference for ``revision`` (of ``flush_revision``) should start now."""
         if not (executor.fresh and executor.acting):
             return False
-        new_revision = revision > self._last_revision
-        # A revision newer than the executor's empties its queue as soon as it hears of it:
-        # start that chunk without waiting for the status that says so.
-        if not executor.needs_refill and revision <= executor.revision:
+        flush = revision if flush_revision is None else flush_revision
+        known = executor.revision if executor.flush_revision is None else executor.flush_revision
+        urgent = flush > self._last_flush
+        # An operator change newer than the executor's empties its queue as soon as it hears
+        # of it: start that chunk without waiting for the status that says so.
+        if not executor.needs_refill and flush <= known:
             return False
         if self._awaiting is not None:
-            # A chunk of an older revision is rejected as stale and never acknowledged:
-            # waiting for its ack would starve the arm at every subtask change.
-            if not new_revision and now - self._awaiting[1] < self.ack_timeout_s:
+            # A chunk older than an operator change is rejected as stale and never
+            # acknowledged: waiting for its ack would hold the arm still.
+            if not urgent and now - self._awaiting[1] < self.ack_timeout_s:
                 return False
             self._awaiting = None  # acknowledged late, lost, rejected or moot
-        return new_revision or now - self._last_start >= self.min_period_s
+        return urgent or now - self._last_start >= self.min_period_s
 
-    def started(self, now: float, revision: int) -> None:
+    def started(self, now: float, revision: int, flush_revision: int | None = None) -> None:
         self._last_start = now
-        self._last_revision = revision
+        self._last_flush = revision if flush_revision is None else flush_revision
 
     def published(self, sequence: int, now: float) -> None:
         self._awaiting = (sequence, now)

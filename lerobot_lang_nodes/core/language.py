@@ -5,6 +5,12 @@ these are exactly the inputs that change what the action policy is conditioned o
 instruction is the subtask, else the task) or whether it may move. ``memory`` and ``plan``
 changes do not bump it: they feed the text head only, so in-flight action chunks stay valid.
 
+Flush rule: ``flush_revision`` is the revision of the latest *operator* change - a new task, a
+subtask set by the operator (direct mode) or by an interjection's re-plan (``flush=True``), a
+run-mode change. The planner's own subtask progression bumps ``revision`` but not
+``flush_revision``: executors keep running the queued actions of the previous subtask, while
+nothing computed for a revision older than ``flush_revision`` may ever run again.
+
 Empty generations (after stripping whitespace) are dropped - the previous value is kept - and
 counted per kind in ``LanguageState.empty``.
 """
@@ -55,6 +61,7 @@ class LanguageSnapshot:
     revision: int
     mode: str
     source: str
+    flush_revision: int = 0
 
 
 def _check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
@@ -77,6 +84,7 @@ class LanguageState:
     plan: str = ''
     mode: str = 'action'
     revision: int = 0
+    flush_revision: int = 0
     source: str = 'operator'
     repeats: int = 0
     total_repeats: int = 0
@@ -111,14 +119,17 @@ class LanguageState:
             self.repeats = 0
             self.source = source
             self.revision += 1
+            self.flush_revision = self.revision
             return True
 
     def set_subtask(self, text: str, source: str = 'planner',
-                    expected_revision: int | None = None) -> str:
+                    expected_revision: int | None = None, flush: bool | None = None) -> str:
         """Set the subtask; returns 'changed', 'repeat', 'empty' or 'stale'.
 
         'stale' only when ``expected_revision`` is given and the revision moved meanwhile
         (the text was generated for a context that no longer exists); nothing is changed.
+        A change flushes (advances ``flush_revision``) when ``flush`` is true, by default when
+        the operator set it; the planner's own progression does not.
         """
         _check_choice('source', source, SOURCES)
         text = (text or '').strip()
@@ -138,6 +149,8 @@ class LanguageState:
             self.source = source
             self.repeats = 0
             self.revision += 1
+            if source == 'operator' if flush is None else flush:
+                self.flush_revision = self.revision
             return 'changed'
 
     def set_memory(self, text: str, expected_revision: int | None = None) -> bool:
@@ -169,6 +182,7 @@ class LanguageState:
                 return False
             self.mode = mode
             self.revision += 1
+            self.flush_revision = self.revision
             return True
 
     def record_empty(self, kind: str) -> None:
@@ -183,7 +197,8 @@ class LanguageState:
         """A consistent immutable copy."""
         with self._lock:
             return LanguageSnapshot(self.task, self.subtask, self.prior_subtask, self.memory,
-                                    self.plan, self.revision, self.mode, self.source)
+                                    self.plan, self.revision, self.mode, self.source,
+                                    self.flush_revision)
 
 
 class RegenThrottle:

@@ -44,14 +44,17 @@ def chunk_from_msg(msg: ActionChunk) -> Chunk:
                            revision=int(msg.context_revision), sequence=int(msg.sequence),
                            stamp_s=stamp_to_s(msg.header.stamp),
                            period_s=float(msg.control_period_s),
-                           instruction=msg.instruction, backend=msg.backend)
+                           instruction=msg.instruction, backend=msg.backend,
+                           # 0 = a producer that does not set it: every revision flushes
+                           flush_revision=int(msg.flush_revision) or None)
 
 
 def chunk_to_msg(values: np.ndarray, action_names: tuple[str, ...], *, revision: int,
                  sequence: int, stamp_s: float, period_s: float, instruction: str,
-                 backend: str) -> ActionChunk:
+                 backend: str, flush_revision: int = 0) -> ActionChunk:
     values = np.asarray(values, dtype=np.float64)
-    msg = ActionChunk(context_revision=int(revision), instruction=instruction,
+    msg = ActionChunk(context_revision=int(revision), flush_revision=int(flush_revision),
+                      instruction=instruction,
                       action_names=list(action_names), horizon=int(values.shape[0]),
                       action_dim=int(values.shape[1]), values=values.ravel().tolist(),
                       control_period_s=float(period_s), sequence=int(sequence), backend=backend)
@@ -63,6 +66,7 @@ def status_to_msg(status: ExecutorStatus, stamp_s: float) -> RuntimeStatus:
     msg = RuntimeStatus(
         mode=status.mode, queue_depth=int(status.queue_depth),
         needs_refill=bool(status.needs_refill), context_revision=int(status.context_revision),
+        flush_revision=int(status.flush_revision),
         last_chunk_sequence=max(0, int(status.last_chunk_sequence)),
         last_chunk_revision=max(0, int(status.last_chunk_revision)),
         last_accepted_sequence=max(0, int(status.last_accepted_sequence)),

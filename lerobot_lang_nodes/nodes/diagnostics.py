@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+from rclpy.clock import Clock, ClockType
 from rclpy.impl.implementation_singleton import rclpy_implementation as _rclpy
 
 from lerobot_lang_nodes.nodes import qos
@@ -58,7 +59,12 @@ class DiagnosticsPublisher:
         self._hardware_id = hardware_id
         self._status_fn = status_fn
         self._pub = node.create_publisher(DiagnosticArray, 'diagnostics', qos.STATUS)
-        self._timer = node.create_timer(period_s, self.publish_now)
+        # Steady clock, not the node's: under use_sim_time, when /clock jumps back and forth
+        # (two simulators in one domain, a leftover one), a ROS-time timer makes the executor
+        # spin without sleeping: planner, policy and recorder were seen at ~95 % CPU each,
+        # starving the simulator until it stood still (test/nodes/test_sim_time_jumps.py).
+        self._timer = node.create_timer(period_s, self.publish_now,
+                                        clock=Clock(clock_type=ClockType.STEADY_TIME))
 
     def publish_now(self) -> None:
         try:

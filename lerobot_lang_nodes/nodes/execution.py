@@ -60,7 +60,5 @@ def submit_chunk_msg(node: Any, executor: ChunkExecutor, msg: ActionChunk, now_s
     except InvalidChunk as exc:  # sizes that disagree: no Chunk can even be built
         executor.record_invalid(f'chunk {msg.sequence}: {exc}')
         return
-    result = executor.submit(chunk, now_s)
-    if not result.accepted:
-        node.get_logger().warning(f'chunk {msg.sequence} (rev {msg.context_revision}) '
-                                  f'{result.kind}: {result.reason}', throttle_duration_sec=2.0)
+    # The executor logs each refusal itself (one line, throttled) and counts it in its status.
+    executor.submit(chunk, now_s)

@@ -11,7 +11,9 @@ RunTask / VQA answer, instead of exiting into a restart loop.
 
 from __future__ import annotations
 
+import collections
 import concurrent.futures
+import json
 import logging
 import queue
 import threading
@@ -103,6 +105,10 @@ class PlannerConfig:
         'doc': 'Regenerate the subtask at most every N action chunks.', 'range': (1, 1000)})
     high_level_hz: float = field(default=1.0, metadata={
         'doc': 'Regenerate the subtask at most this often (Hz).', 'range': (0.01, 100.0)})
+    subtask_change_flushes: bool = field(default=False, metadata={
+        'doc': 'Publish every revision as an operator change (flush_revision = revision), so '
+               'each planner subtask change flushes the executor queue: the rule before '
+               'revision epochs, kept to compare against in benchmarks.', 'read_only': True})
     enable_memory: bool = field(default=True, metadata={
         'doc': 'Regenerate the memory note when the subtask changes.'})
     direct_subtask: bool = field(default=False, metadata={
@@ -128,6 +134,10 @@ class PlannerConfig:
         'doc': 'std_srvs/Trigger service of the executor that pauses the robot.'})
     service_timeout_s: float = field(default=5.0, metadata={
         'doc': 'How long VQA waits for the pause service.', 'range': (0.1, 60.0)})
+    task: str = field(default='', metadata={
+        'doc': 'Task to start with, as if sent on /task (a "direct:" prefix is honoured); '
+               'empty = wait for /task (the start-up log says how to send one).',
+        'read_only': True})
     feedback_hz: float = field(default=2.0, metadata={
         'doc': 'RunTask feedback and progress check rate (Hz).', 'range': (0.1, 50.0)})
 
@@ -191,7 +201,17 @@ class PlannerNode(Node):
         self._text_pubs = {k: self.create_publisher(String, k, qos.LATCHED)
                            for k in ('subtask', 'memory', 'plan')}
         self._speech_pub = self.create_publisher(String, 'speech', qos.COMMAND)
-        self.create_subscription(String, 'task', self._on_task, qos.LATCHED)
+        # Two subscriptions: a transient-local one gets a latched task sent before the planner
+        # started, a volatile one matches `ros2 topic pub` with default QoS. A latched sample
+        # reaches both and is taken once (publisher + sequence number).
+        self._seen_tasks: collections.deque = collections.deque(maxlen=64)
+        for task_qos in (qos.LATCHED, qos.COMMAND):
+            self.create_subscription(String, 'task', self._on_task_sample, task_qos)
+        self._vqa_log_pub = self.create_publisher(String, 'vqa_log', qos.COMMAND)
+        self._sim_seed: Any = None
+        if self.cfg.ground_truth_topic:  # the simulator's seed changes on every /sim/reset
+            self.create_subscription(String, self.cfg.ground_truth_topic, self._on_truth,
+                                     qos.LATCHED)
         self.create_subscription(String, 'interjection', self._on_interjection, qos.COMMAND)
         self.create_subscription(ActionChunk, 'action_chunk', self._on_chunk, qos.COMMAND)
         self.create_subscription(RuntimeStatus, 'runtime_status', self._on_status, qos.STATUS)
@@ -214,6 +234,13 @@ class PlannerNode(Node):
                                         daemon=True)
         self._worker.start()
         self._publish_context(force=True)
+        if self.cfg.task.strip():
+            self._on_task(String(data=self.cfg.task))
+        else:
+            self.get_logger().info(
+                'no task yet: send one, e.g. `ros2 topic pub --once '
+                f"{self.resolve_topic_name('task')} std_msgs/msg/String \"{{data: 'put the red "
+                "cube in the bowl'}\"` or `lerobot-lang task put the red cube in the bowl`")
         self.get_logger().info(f'planner ready: backend={self.cfg.backend!r} (known: '
                                f"{known('planner')}), chunks_per_regen="
                                f'{self.cfg.chunks_per_regen}, high_level_hz='
@@ -227,12 +254,35 @@ class PlannerNode(Node):
         with self._lock:
             self._outcome = msg
 
+    def _on_task_sample(self, msg: String, info: dict) -> None:
+        gid = info.get('publisher_gid') or {}
+        key = (bytes(gid.get('data', b'')) if isinstance(gid, dict) else repr(gid),
+               info.get('publication_sequence_number'), info.get('source_timestamp'))
+        with self._lock:
+            if key in self._seen_tasks:
+                return
+            self._seen_tasks.append(key)
+        self._on_task(msg)
+
     def _on_task(self, msg: String) -> None:
         text = msg.data.strip()
         direct = text.lower().startswith(DIRECT_PREFIX)
         if direct:
             text = text[len(DIRECT_PREFIX):].strip()
+            # `direct: X` with a task set: X becomes the active subtask, the task stays.
+            self._submit(self._job_direct_subtask, text)
+            return
         self._submit(self._job_set_task, text, direct)
+
+    def _on_truth(self, msg: String) -> None:
+        try:
+            seed = json.loads(msg.data).get('seed')
+        except (ValueError, AttributeError):
+            return  # LatestObservations reports bad ground truth
+        with self._lock:
+            previous, self._sim_seed = self._sim_seed, seed
+        if previous is not None and seed != previous:
+            self._submit(self._job_sim_reset, seed)
 
     def _on_interjection(self, msg: String) -> None:
         if not msg.data.strip():
@@ -341,6 +391,22 @@ class PlannerNode(Node):
         if text and not self.planner.direct and not self._load_failed('subtask generation'):
             self.planner.regenerate(self._now_s(), self.observation())
 
+    def _job_direct_subtask(self, text: str) -> None:
+        task = self.state.task
+        if not task:  # nothing to keep: the text is task and subtask
+            self._job_set_task(text, True)
+            return
+        self.planner.set_task(task, direct_subtask=True)  # same task: only the mode changes
+        self.state.set_subtask(text, source='operator')
+        self.get_logger().info(f'subtask (direct): {text!r}; task stays {task!r}')
+
+    def _job_sim_reset(self, seed: Any) -> None:
+        # A new scene: the finished task and its memory belong to the old one.
+        self.planner.set_task('', direct_subtask=False)
+        self._subtask_history = []
+        self.get_logger().info(f'simulator reset (seed {seed}): task and memory cleared; '
+                               'send a new task on /task')
+
     def _job_interject(self, text: str) -> None:
         if self._load_failed(f'interjection {text!r}'):
             return
@@ -349,8 +415,9 @@ class PlannerNode(Node):
         if speech:
             self._speech_pub.publish(String(data=speech))
         if plan and not self.planner.direct:
-            # Re-plan now rather than at the next throttled boundary: the operator is waiting.
-            self.planner.regenerate(self._now_s(), self.observation())
+            # Re-plan now rather than at the next throttled boundary: the operator is waiting,
+            # and the new subtask is an operator change (the queue is flushed).
+            self.planner.regenerate(self._now_s(), self.observation(), flush=True)
 
     def _job_chunk_boundary(self) -> None:
         if self.generator.state == 'failed':
@@ -368,7 +435,9 @@ class PlannerNode(Node):
             return
         msg = LanguageContext(task=snap.task, subtask=snap.subtask,
                               prior_subtask=snap.prior_subtask, memory=snap.memory,
-                              plan=snap.plan, revision=snap.revision, source=snap.source)
+                              plan=snap.plan, revision=snap.revision, source=snap.source,
+                              flush_revision=(snap.revision if self.cfg.subtask_change_flushes
+                                              else snap.flush_revision))
         msg.header.stamp = self.get_clock().now().to_msg()
         self._ctx_pub.publish(msg)  # first: if it fails, this snapshot is published again
         self._published = snap
@@ -431,6 +500,10 @@ class PlannerNode(Node):
         response.message = (f'answered from camera {camera!r}' if answer else
                             'the planner produced no answer (see planner log)')
         self.get_logger().info(f'VQA {question!r} -> {answer!r}')
+        # The /vqa service is invisible to a bag: log the exchange on a topic for the recorder.
+        self._vqa_log_pub.publish(String(data=json.dumps({
+            'question': question, 'answer': answer, 'camera': camera,
+            'success': response.success, 'stamp': self._now_s()})))
         return response
 
     # --- RunTask ------------------------------------------------------------------------

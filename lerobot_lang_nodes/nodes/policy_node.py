@@ -1,8 +1,10 @@
 """`policy` node: active instruction + images + joint states -> ActionChunk, refilled early.
 
 Inference runs on its own thread. It starts when the executor's RuntimeStatus reports that
-the queue fell below its refill threshold (not only when empty), and a result computed for a
-language revision that changed meanwhile is discarded instead of published. A backend that
+the queue fell below its refill threshold (not only when empty), or at once after an operator
+change (a newer flush revision). A result computed before an operator change that came
+meanwhile is discarded instead of published; one computed for the previous subtask of the same
+flush epoch is published (the executor may still run it, see the revision rules). A backend that
 cannot load (missing or corrupt checkpoint) leaves the node up, publishing the error on
 /diagnostics and no chunks, so the executor holds instead of the process crash-looping.
 """
@@ -260,6 +262,15 @@ class PolicyNode(Node):
             return '', 0
         return action_instruction((ctx.task, ctx.subtask)), int(ctx.revision)
 
+    def _flush_revision(self) -> int:
+        """Flush revision of the context (0 from the publisher = every revision flushes)."""
+        if self.cfg.condition_on == 'task':
+            return self._task_revision
+        ctx = self._lang_ctx
+        if ctx is None:
+            return 0
+        return int(ctx.flush_revision) or int(ctx.revision)
+
     def _should_infer(self) -> bool:
         st = self._status
         if self.backend is None:
@@ -278,7 +289,8 @@ class PolicyNode(Node):
         return self.gate.should_start(now, ExecutorView(
             acting=st.mode == RuntimeStatus.MODE_ACTION, needs_refill=st.needs_refill,
             revision=st.context_revision,
-            fresh=now - self._status_wall <= self.cfg.status_timeout_s), revision)
+            fresh=now - self._status_wall <= self.cfg.status_timeout_s,
+            flush_revision=int(st.flush_revision) or None), revision, self._flush_revision())
 
     def _work(self) -> None:
         while self._running:
@@ -288,7 +300,8 @@ class PolicyNode(Node):
                 if not self._running or not self._should_infer():
                     continue
                 instruction, revision = self._instruction()
-                self.gate.started(time.monotonic(), revision)
+                flush = self._flush_revision()
+                self.gate.started(time.monotonic(), revision, flush)
                 joints = self._joints
                 observation = {
                     'instruction': instruction,
@@ -298,10 +311,10 @@ class PolicyNode(Node):
                     'ground_truth': self.observations.ground_truth(),
                     'stamp_s': convert.stamp_to_s(joints.header.stamp),
                 }
-            self._infer_and_publish(observation, instruction, revision)
+            self._infer_and_publish(observation, instruction, revision, flush)
 
     def _infer_and_publish(self, observation: dict[str, Any], instruction: str,
-                           revision: int) -> None:
+                           revision: int, flush: int | None = None) -> None:
         start = time.monotonic()
         with self._lock:
             self._infer_started = start
@@ -330,18 +343,20 @@ class PolicyNode(Node):
                                           'far)', throttle_duration_sec=2.0)
                 return
             self._last_outcome = 'ok'
-            current = self._instruction()
-            if current[1] != revision:
+            flush = revision if flush is None else flush
+            current = self._flush_revision()
+            if current > flush:  # an operator change came during inference
                 self.discarded_in_flight += 1
                 self.get_logger().info(f'discarded a chunk computed for revision {revision}; '
-                                       f'the context is now at {current[1]}')
+                                       f'an operator change came at revision {current}')
                 return
             self._sequence += 1
             msg = convert.chunk_to_msg(values, self.action_names, revision=revision,
                                        sequence=self._sequence,
                                        stamp_s=observation['stamp_s'],
                                        period_s=1.0 / self.cfg.ctrl_hz,
-                                       instruction=instruction, backend=self.cfg.backend)
+                                       instruction=instruction, backend=self.cfg.backend,
+                                       flush_revision=flush)
             self.gate.published(self._sequence, time.monotonic())
         try:
             self._pub.publish(msg)

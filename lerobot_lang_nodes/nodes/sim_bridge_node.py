@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -18,12 +19,13 @@ from rclpy.impl.implementation_singleton import rclpy_implementation as _rclpy
 from rclpy.node import Node
 from rosgraph_msgs.msg import Clock
 from sensor_msgs.msg import CameraInfo, Image, JointState
-from std_msgs.msg import String
+from std_msgs.msg import Float64, String
 from std_srvs.srv import Trigger
 
 from lerobot_lang_msgs.msg import ActionChunk, LanguageContext, RuntimeStatus, TaskOutcome
 from lerobot_lang_nodes.core.safety import SafetyLimits
 from lerobot_lang_nodes.nodes import convert, qos, runner
+from lerobot_lang_nodes.nodes.diagnostics import DiagnosticsPublisher
 from lerobot_lang_nodes.nodes.execution import ExecutionParams, make_executor, submit_chunk_msg
 from lerobot_lang_nodes.nodes.params import declare_config, reject_unknown_parameters
 from lerobot_lang_nodes.sim import tasks  # text parsing only: no MuJoCo import
@@ -92,6 +94,9 @@ class SimBridgeNode(Node):
         self._goal = None
         self._hold = self.scene.joint_positions()
         self.publish_errors = 0  # writes DDS refused (each costs one tick of outputs)
+        self.loop_errors = 0  # unexpected exceptions caught in the simulation loop
+        self._loop_error = ''
+        self.fault_hook = None  # tests: a callable run in each cycle (e.g. one that raises)
 
         self._clock_pub = self.create_publisher(Clock, '/clock', qos.CLOCK)
         self._joint_pub = self.create_publisher(JointState, 'joint_states', qos.SENSOR)
@@ -108,11 +113,16 @@ class SimBridgeNode(Node):
                                  qos.LATCHED)
         # Without a planner (flat policies) the operator's task is the goal to judge.
         self._have_context = False
-        self.create_subscription(String, 'task', self._on_task, qos.LATCHED)
+        # Latched (a task sent before the bridge started) and volatile (`ros2 topic pub` with
+        # default QoS) publishers both match; a latched sample arriving twice is idempotent.
+        for task_qos in (qos.LATCHED, qos.COMMAND):
+            self.create_subscription(String, 'task', self._on_task, task_qos)
         self.create_service(Trigger, 'pause', self._on_pause)
         self.create_service(Trigger, 'resume', self._on_resume)
         self.create_service(Trigger, 'sim/reset', self._on_reset)
+        self.create_subscription(Float64, 'burst', self._on_burst, qos.COMMAND)
         self._task_desc_pub.publish(String(data=self.cfg.default_task))
+        self.diagnostics = DiagnosticsPublisher(self, 'simulation loop', self._diagnostic_status)
         self._running = True
         self._thread = threading.Thread(target=self._loop, name='sim-loop', daemon=True)
         self._thread.start()
@@ -133,7 +143,7 @@ class SimBridgeNode(Node):
             self._goal = tasks.parse_task(self._goal_text)
 
     def _on_context(self, msg: LanguageContext) -> None:
-        self.chunk_executor.set_revision(int(msg.revision))
+        self.chunk_executor.set_revision(int(msg.revision), int(msg.flush_revision) or None)
         plan_goal = tasks.parse_task(msg.plan) if msg.plan else None
         goal_text = msg.plan if plan_goal is not None else msg.task
         with self._lock:
@@ -149,10 +159,20 @@ class SimBridgeNode(Node):
         return response
 
     def _on_resume(self, _req, response: Trigger.Response) -> Trigger.Response:
+        self._loop_error = ''
         self.chunk_executor.resume()
         response.success, response.message = True, 'resumed'
         self.get_logger().info('resumed')
         return response
+
+    def _on_burst(self, msg: Float64) -> None:
+        """Timed burst: act for msg.data seconds of sim time, then pause."""
+        try:
+            self.chunk_executor.burst(msg.data, self.scene.sim_time)
+        except ValueError as exc:
+            self.get_logger().error(f'burst refused: {exc}')
+            return
+        self.get_logger().info(f'burst: acting for {msg.data:.2f} s, then pausing')
 
     def _on_reset(self, _req, response: Trigger.Response) -> Trigger.Response:
         done = threading.Event()
@@ -184,13 +204,20 @@ class SimBridgeNode(Node):
         last_refill = False
         try:
             while self._running and self.context.ok():
-                self._maybe_reset()
-                now = self.scene.sim_time
-                action = self.chunk_executor.tick(now)
-                present = self.scene.joint_positions()
-                if action is not None:
-                    self._hold = self.safety.apply(action, present)
-                # No action (paused or starved): keep the last safe target, never replay.
+                try:
+                    self._maybe_reset()
+                    now = self.scene.sim_time
+                    if self.fault_hook is not None:
+                        self.fault_hook()
+                    action = self.chunk_executor.tick(now)
+                    present = self.scene.joint_positions()
+                    if action is not None:
+                        self._hold = self.safety.apply(action, present)
+                except _rclpy.RCLError:
+                    raise
+                except Exception as exc:  # noqa: BLE001 - a dead loop would freeze the robot
+                    self._on_loop_error(exc)
+                # No action (paused, starved, error): keep the last safe target, never replay.
                 self.scene.apply_action(self._hold)
                 now = self.scene.step(period)
                 refill = self.chunk_executor.needs_refill()
@@ -238,6 +265,29 @@ class SimBridgeNode(Node):
             # Ctrl-C shut the context down between the loop check and a publish: stopping.
         finally:
             self.scene.close()  # the GL context belongs to this thread
+
+    def _on_loop_error(self, exc: Exception) -> None:
+        """An unexpected exception in a cycle: pause (queue cleared), hold, report ERROR."""
+        self.loop_errors += 1
+        self._loop_error = f'{type(exc).__name__}: {exc}'
+        self.chunk_executor.pause(self.scene.sim_time)
+        self.get_logger().error(f'simulation loop error ({self.loop_errors} so far): '
+                                f'{self._loop_error}; paused and holding, the loop goes on '
+                                '(resume to move again)', throttle_duration_sec=2.0)
+        if self.loop_errors == 1:
+            self.get_logger().error(traceback.format_exc())
+        self.diagnostics.publish_now()
+
+    def _diagnostic_status(self) -> tuple[str, str, dict]:
+        st = self.chunk_executor.status()
+        values = {'loop_errors': self.loop_errors, 'last_loop_error': self._loop_error,
+                  'publish_errors': self.publish_errors, 'mode': st.mode,
+                  'dispatched': st.dispatched, 'starved_ticks': st.starved_ticks,
+                  'discarded_stale': st.discarded_stale,
+                  'rejected_invalid': st.rejected_invalid, 'ctrl_hz': self.cfg.ctrl_hz}
+        if self._loop_error and st.mode == 'paused':
+            return 'error', f'simulation loop error: {self._loop_error}; paused', values
+        return 'ok', f'{st.mode}, {st.dispatched} actions dispatched', values
 
     def _maybe_reset(self) -> None:
         with self._lock:

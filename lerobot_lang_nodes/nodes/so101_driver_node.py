@@ -17,8 +17,10 @@ lifecycle state stays where it was so the node comes back healthy without toolin
 
 from __future__ import annotations
 
+import os
 import threading
 import time
+import traceback
 from dataclasses import dataclass, field
 
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
@@ -26,9 +28,11 @@ from rclpy.impl.implementation_singleton import rclpy_implementation as _rclpy
 from rclpy.lifecycle import Node as LifecycleNode
 from rclpy.lifecycle import State, TransitionCallbackReturn
 from sensor_msgs.msg import JointState
+from std_msgs.msg import Float64
 from std_srvs.srv import Trigger
 
 from lerobot_lang_msgs.msg import ActionChunk, LanguageContext, RuntimeStatus
+from lerobot_lang_nodes.core.control_loop import Cadence
 from lerobot_lang_nodes.core.executor import ChunkExecutor
 from lerobot_lang_nodes.nodes import convert, qos, runner
 from lerobot_lang_nodes.nodes.execution import ExecutionParams, make_executor, submit_chunk_msg
@@ -42,6 +46,9 @@ from lerobot_lang_nodes.so101.errors import (BusError, CalibrationError, FaultLa
 
 _OK, _WARN, _ERROR = DiagnosticStatus.OK, DiagnosticStatus.WARN, DiagnosticStatus.ERROR
 # Error bits that are worth a WARN but do not latch (voltage, angle, checksum, instruction).
+# Unexpected errors in this many consecutive cycles: the arm cannot be held reliably.
+MAX_LOOP_ERRORS_IN_ROW = 50
+LOOP_FAILURE_EXIT = 70  # EX_SOFTWARE: the bring-up reports the driver as failed
 _WARN_BITS = int(protocol.ErrorBit.VOLTAGE | protocol.ErrorBit.ANGLE)
 
 
@@ -116,7 +123,9 @@ class So101DriverNode(LifecycleNode):
         self.robot: So101Robot | None = None
         self._bus_lock = threading.RLock()  # the control thread and services share the bus
         self._active = False
-        self._health = 'unconfigured'  # unconfigured | ok | disconnected | fault
+        self._health = 'unconfigured'  # unconfigured | ok | disconnected | fault | error
+        self.loop_errors = 0  # unexpected exceptions caught in the control loop
+        self._loop_errors_in_row = 0
         self._health_detail = ''
         self._last_aux: RobotState | None = None
         self._hold_request = threading.Event()
@@ -131,6 +140,7 @@ class So101DriverNode(LifecycleNode):
         self._diag_pub = self.create_publisher(DiagnosticArray, 'diagnostics', qos.STATUS)
         self._status_pub = self.create_publisher(RuntimeStatus, 'runtime_status', qos.STATUS)
         self.create_subscription(ActionChunk, 'action_chunk', self._on_chunk, qos.COMMAND)
+        self.create_subscription(Float64, 'burst', self._on_burst, qos.COMMAND)
         self.create_subscription(LanguageContext, 'language_context', self._on_context,
                                  qos.LATCHED)
         self.create_service(Trigger, 'pause', self._on_pause)
@@ -259,7 +269,7 @@ class So101DriverNode(LifecycleNode):
         submit_chunk_msg(self, self.chunk_executor, msg, self._now())
 
     def _on_context(self, msg: LanguageContext) -> None:
-        self.chunk_executor.set_revision(int(msg.revision))
+        self.chunk_executor.set_revision(int(msg.revision), int(msg.flush_revision) or None)
 
     def _on_pause(self, _req, response: Trigger.Response) -> Trigger.Response:
         self.chunk_executor.pause(self._now())
@@ -275,10 +285,27 @@ class So101DriverNode(LifecycleNode):
             return response
         self._last_action_s = time.monotonic()
         self._watchdog_holding = False
+        if self._health == 'error':  # the operator saw the loop error and resumes
+            self._health, self._health_detail = 'ok', ''
         self.chunk_executor.resume()
         response.success, response.message = True, 'resumed'
         self.get_logger().info('resumed')
         return response
+
+    def _on_burst(self, msg: Float64) -> None:
+        """Timed burst: act for msg.data seconds, then pause (refused as resume would be)."""
+        refusal = self._refusal()
+        if refusal:
+            self.get_logger().error(f'burst refused: {refusal}')
+            return
+        try:
+            self.chunk_executor.burst(msg.data, self._now())
+        except ValueError as exc:
+            self.get_logger().error(f'burst refused: {exc}')
+            return
+        self._last_action_s = time.monotonic()
+        self._watchdog_holding = False
+        self.get_logger().info(f'burst: acting for {msg.data:.2f} s, then pausing')
 
     def _refusal(self) -> str:
         if not self._active:
@@ -310,10 +337,10 @@ class So101DriverNode(LifecycleNode):
     # --- the control thread ---------------------------------------------------------------
     def _loop(self) -> None:
         cfg = self.cfg
-        period = 1.0 / cfg.ctrl_hz
         status_every = max(1, int(round(cfg.ctrl_hz / cfg.status_hz)))
         diag_every = max(1, int(round(cfg.ctrl_hz / cfg.diagnostics_hz)))
-        next_t = time.monotonic()
+        cadence = Cadence(cfg.ctrl_hz, time.monotonic())
+        self._cadence = cadence
         next_reconnect = 0.0
         tick = 0
         last_refill = False
@@ -345,13 +372,47 @@ class So101DriverNode(LifecycleNode):
                 self.get_logger().error(f'publish failed ({self.publish_errors} so far; the '
                                         f'control loop goes on): {exc}',
                                         throttle_duration_sec=5.0)
+            except Exception as exc:  # noqa: BLE001 - a dead control thread leaves torque on
+                self._on_loop_error(exc)
+            else:
+                self._loop_errors_in_row = 0
             tick += 1
-            next_t += period
-            delay = next_t - time.monotonic()
-            if delay > 0:
-                time.sleep(delay)  # fixed-rate control loop
-            elif delay < -1.0:  # far behind (CPU starved): do not sprint to catch up
-                next_t = time.monotonic()
+            # Missed slots are skipped, never run back to back: the executor's catch-up has
+            # already skipped the late actions, so sprinting would play the rest early.
+            time.sleep(cadence.delay(time.monotonic()))
+
+    def _on_loop_error(self, exc: Exception) -> None:
+        """An unexpected exception in a cycle: pause, hold, report ERROR, keep the loop."""
+        self.loop_errors += 1
+        self._loop_errors_in_row += 1
+        self._health = 'error'
+        self._health_detail = f'control loop error: {type(exc).__name__}: {exc}'
+        self.get_logger().error(f'{self._health_detail} ({self.loop_errors} so far); paused '
+                                'and holding, the loop goes on', throttle_duration_sec=2.0)
+        if self.loop_errors == 1:
+            self.get_logger().error(traceback.format_exc())
+        try:
+            self.chunk_executor.pause(self._now())
+            with self._bus_lock:
+                if self.robot is not None and self._active:
+                    self.robot.hold_present_position()
+            self._publish_diagnostics(None)
+        except Exception as again:  # noqa: BLE001 - the arm cannot be held: torque off, exit
+            self._fail_hard(again)
+            return
+        if self._loop_errors_in_row >= MAX_LOOP_ERRORS_IN_ROW:
+            self._fail_hard(exc)
+
+    def _fail_hard(self, exc: BaseException) -> None:
+        """The loop cannot go on safely: torque off and exit non-zero for the bring-up."""
+        self.get_logger().fatal(f'control loop cannot continue ({type(exc).__name__}: {exc});'
+                                ' disabling torque and exiting')
+        try:
+            with self._bus_lock:
+                if self.robot is not None:
+                    self.robot.disable_torque()
+        finally:
+            os._exit(LOOP_FAILURE_EXIT)
 
     def _cycle(self) -> RobotState | None:
         """One control period; returns the state read, None when the bus failed."""
@@ -453,12 +514,14 @@ class So101DriverNode(LifecycleNode):
         convert.s_to_stamp(now, arr.header.stamp)
         robot = self.robot
         diag = robot.diagnostics() if robot is not None else {}
-        level = {'ok': _OK, 'fault': _ERROR, 'disconnected': _ERROR}.get(self._health, _WARN)
+        level = {'ok': _OK, 'fault': _ERROR, 'disconnected': _ERROR,
+                 'error': _ERROR}.get(self._health, _WARN)
         values = {'health': self._health, 'detail': self._health_detail,
                   'active': str(self._active).lower(), 'mode': self.chunk_executor.mode,
                   'port': self.cfg.port, 'watchdog_holds': str(self.watchdog_holds),
                   'reconnects': str(self.reconnects),
-                  'publish_errors': str(self.publish_errors)}
+                  'publish_errors': str(self.publish_errors),
+                  'loop_errors': str(self.loop_errors)}
         for group in ('bus', 'safety'):
             for key, value in diag.get(group, {}).items():
                 values[f'{group}.{key}'] = str(value)

@@ -44,6 +44,9 @@ class ViewerConfig:
     port: int = field(default=8010, metadata={
         'doc': 'live view TCP port (0 picks a free one, logged at start)', 'range': (0, 65535),
         'read_only': True})
+    port_attempts: int = field(default=20, metadata={
+        'doc': 'when port is taken, try the next port_attempts - 1 ports (the one used is '
+               'logged); 1 fails at once', 'range': (1, 1000), 'read_only': True})
     fps: float = field(default=10.0, metadata={
         'doc': 'composition rate in Hz (wall clock)', 'range': (0.1, 60.0), 'read_only': True})
     view_height: int = field(default=0, metadata={
@@ -98,8 +101,7 @@ class ViewerNode(Node):
                          if cfg.latest_png_path else None)
             self._mp4 = (Mp4Writer(cfg.mp4_path, fps=cfg.mp4_fps or cfg.fps)
                          if cfg.mp4_path else None)
-            self._server = MjpegServer(cfg.bind_address, cfg.port,
-                                       jpeg_quality=cfg.jpeg_quality).start()
+            self._server = self._start_server(cfg)
         except (MjpegServerError, VideoWriterError) as exc:
             raise ViewerStartError(str(exc)) from exc
         self.get_logger().info(f'live view: {self._server.url}')
@@ -115,6 +117,23 @@ class ViewerNode(Node):
         self._timer = self.create_timer(1.0 / cfg.fps, self._on_timer,
                                         callback_group=MutuallyExclusiveCallbackGroup(),
                                         clock=Clock(clock_type=ClockType.STEADY_TIME))
+
+    def _start_server(self, cfg: ViewerConfig) -> MjpegServer:
+        # Another viewer (or anything) on the port must not kill the live view: take the next.
+        attempts = 1 if cfg.port == 0 else cfg.port_attempts
+        for port in range(cfg.port, min(cfg.port + attempts, 65536)):
+            try:
+                server = MjpegServer(cfg.bind_address, port, jpeg_quality=cfg.jpeg_quality)
+                server.start()
+                if port != cfg.port:
+                    self.get_logger().warning(f'port {cfg.port} is taken; the live view uses '
+                                              f'port {port}')
+                return server
+            except MjpegServerError as exc:
+                last = exc
+        raise MjpegServerError(f'{last}; tried ports {cfg.port}..{port}: set the `port` '
+                               'parameter (launch argument viewer_port, lerobot-lang '
+                               '--viewer-port) to a free port, or 0 for any free one')
 
     @property
     def server(self) -> MjpegServer:

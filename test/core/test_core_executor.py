@@ -177,7 +177,7 @@ def test_stale_chunk_is_discarded():
     ex.set_revision(3)
     res = ex.submit(chunk(revision=2), 0.0)
     assert (res.accepted, res.kind) == (False, 'stale')
-    assert 'revision 2 < current revision 3' in res.reason
+    assert 'revision 2 < flush revision 3' in res.reason
     st = ex.status()
     assert (st.discarded_stale, st.queue_depth, st.last_reject_reason) == (1, 0, res.reason)
     assert ex.tick(0.0) is None
@@ -453,10 +453,11 @@ def test_time_alignment_skips_elapsed_slots_only():
     assert res.skipped == 3
 
 
-def test_time_alignment_uses_chunk_period():
+def test_time_alignment_counts_slots_of_the_control_period():
     ex = ChunkExecutor(make_cfg())
-    res = ex.submit(chunk(horizon=10, stamp=0.0, period_s=0.05), 0.26)
-    assert res.skipped == 5
+    # period 0 = 1/ctrl_hz: 0.26 s after the stamp, slots 0 and 1 have passed, slot 2 is due.
+    res = ex.submit(chunk(horizon=10, stamp=0.0, period_s=0.0), 0.26)
+    assert res.skipped == 2 and res.queued == 8
 
 
 def test_time_alignment_expired_chunk_is_stale():
@@ -517,3 +518,46 @@ def test_record_invalid_counts_a_malformed_message_without_touching_the_queue():
     status = ex.status()
     assert status.rejected_invalid == 1 and status.queue_depth == 3
     assert status.last_reject_reason == 'chunk 7: 5 values != horizon 2 * dim 2'
+
+
+# ------------------------------------------------------------------ rate, clock, log lines
+
+
+@pytest.mark.parametrize('period,ok', [(0.0, True), (DT, True), (DT * 1.01, True),
+                                       (DT / 3, False), (1e9, False), (DT * 1.5, False)])
+def test_a_chunk_made_for_another_rate_is_refused_with_the_executors_period(period, ok):
+    ex = ChunkExecutor(make_cfg())
+    res = ex.submit(chunk(period_s=period, stamp=1.0), 1.0)
+    assert res.accepted is ok
+    if not ok:
+        assert res.kind == 'invalid' and 'control period' in res.reason
+        assert f'{DT:.6g} s' in res.reason  # says what rate the executor runs at
+        assert ex.status().rejected_invalid == 1 and ex.tick(1.0) is None
+
+
+def test_a_chunk_stamped_in_the_future_is_refused():
+    ex = ChunkExecutor(make_cfg(max_future_s=1.0))
+    eleven_days = 11 * 86400.0
+    res = ex.submit(chunk(stamp=100.0 + eleven_days), 100.0)
+    assert not res.accepted and res.kind == 'invalid' and 'in the future' in res.reason
+    assert ex.submit(chunk(stamp=100.5, sequence=2), 100.0).accepted  # within the bound
+    assert ex.status().last_reject_reason.startswith('stamped')
+
+
+def test_each_refusal_is_logged_once_then_every_nth_with_a_count(caplog):
+    import logging
+    ex = ChunkExecutor(make_cfg(log_every=10))
+    with caplog.at_level(logging.INFO, logger='lerobot_lang_nodes.core.executor'):
+        for seq in range(1, 26):
+            ex.submit(chunk(values=np.full((2, 3), math.nan), sequence=seq), 0.0)
+    lines = [r.getMessage() for r in caplog.records if 'invalid chunk' in r.getMessage()]
+    assert len(lines) == 3  # the 1st, 10th and 20th of 25
+    assert '(10 invalid chunks so far)' in lines[1] and '(20 invalid' in lines[2]
+    assert ex.status().rejected_invalid == 25  # every one is counted
+
+
+@pytest.mark.parametrize('field,value', [('period_tolerance', -0.1), ('max_future_s', math.nan),
+                                         ('log_every', 0)])
+def test_rate_and_log_settings_are_validated(field, value):
+    with pytest.raises(ConfigError):
+        make_cfg(**{field: value})

@@ -60,7 +60,8 @@ def test_set_task_bumps_revision_and_resets_context():
     assert s.revision == rev
     assert s.set_task('make coffee', source='operator')
     snap = s.snapshot()
-    assert snap == LanguageSnapshot('make coffee', '', '', '', '', rev + 1, 'action', 'operator')
+    assert snap == LanguageSnapshot('make coffee', '', '', '', '', rev + 1, 'action', 'operator',
+                                    flush_revision=rev + 1)
 
 
 def test_set_subtask_changed_repeat_empty():

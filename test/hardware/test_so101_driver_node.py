@@ -115,12 +115,13 @@ class Rig:
         return np.array(msg.position)
 
     def send(self, values: np.ndarray, revision: int = REVISION,
-             period_s: float = 1.0 / CTRL_HZ) -> None:
+             period_s: float = 1.0 / CTRL_HZ, ahead_s: float = 0.0) -> None:
         values = np.atleast_2d(values)
         self.sequence += 1
         self.chunks.publish(convert.chunk_to_msg(
             values, tuple(JOINT_NAMES), revision=revision, sequence=self.sequence,
-            stamp_s=time.time(), period_s=period_s, instruction='test', backend='test'))
+            stamp_s=time.time() + ahead_s, period_s=period_s, instruction='test',
+            backend='test'))
 
     def hold_chunk(self, pan_offset_rad: float, horizon: int = 15) -> np.ndarray:
         # 15 actions = 0.5 s: long enough to outlive a scheduling stall of the loaded host, so
@@ -189,13 +190,26 @@ def test_starts_paused_and_moves_only_after_resume(arm: Rig) -> None:
     assert got[0].shape == (6,)
 
 
+def test_timed_burst_acts_then_pauses_by_itself(arm: Rig) -> None:
+    from std_msgs.msg import Float64
+    burst = arm.probe.publisher(Float64, 'burst', qos.COMMAND)
+    arm.wait(lambda: burst.get_subscription_count() > 0, 'the driver subscribed to burst')
+    burst.publish(Float64(data=1.0))
+    arm.wait_status(lambda s: s.mode == 'action', 'the burst switching to action mode')
+    before = arm.present()
+    arm.send(arm.hold_chunk(0.1, horizon=20))
+    expected = before + 0.1 / RAD_PER_STEP
+    arm.wait(lambda: abs(arm.present() - expected) <= 3, 'the servo moved during the burst')
+    arm.wait_status(lambda s: s.mode == 'paused', 'the burst ending in pause by itself')
+
+
 def test_max_relative_target_clamps_against_present(arm: Rig) -> None:
     assert arm.call('resume').success
     before = arm.present()
     sent_at = time.monotonic()
-    # One action 1 rad away (> MAX_REL), valid for a whole second so that a stall of the
-    # loaded host cannot expire it before the driver's next tick.
-    arm.send(arm.hold_chunk(1.0, horizon=1), period_s=1.0)
+    # One action 1 rad away (> MAX_REL), stamped half a second ahead: time alignment skips
+    # only slots that have passed, so a stall of the loaded host cannot expire it.
+    arm.send(arm.hold_chunk(1.0, horizon=1), ahead_s=0.5)
     clamped = before + MAX_REL / RAD_PER_STEP
 
     def pan_writes() -> list[int]:

@@ -15,9 +15,10 @@ from lerobot_lang_nodes.testing import child_pids, process_gone, stop_popen, wai
 pytestmark = pytest.mark.slow
 
 
-def test_lerobot_lang_sim_completes_the_default_task():
+def test_lerobot_lang_sim_completes_the_default_task(tmp_path):
     out = subprocess.run([sys.executable, '-m', 'lerobot_lang_nodes.cli.main', 'sim',
-                          '--exit-on-success', '--timeout', '240'],
+                          '--exit-on-success', '--timeout', '240',
+                          '--output-dir', str(tmp_path / 'session')],
                          capture_output=True, text=True, timeout=300)
     log = out.stdout + out.stderr
     assert out.returncode == 0, log[-4000:]
@@ -37,7 +38,8 @@ def sim_bringup(tmp_path):
     log = tmp_path / 'sim.log'
     with log.open('w') as out:
         proc = subprocess.Popen([sys.executable, '-m', 'lerobot_lang_nodes.cli.main', 'sim',
-                                 '--no-viewer', '--timeout', '240'], stdout=out,
+                                 '--no-viewer', '--timeout', '240',
+                                 '--output-dir', str(tmp_path / 'session')], stdout=out,
                                 stderr=subprocess.STDOUT, start_new_session=True)
     try:
         wait_until(lambda: all(f'{n} ready' in log.read_text()

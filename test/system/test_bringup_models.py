@@ -100,7 +100,7 @@ def test_sim_runs_a_lerobot_policy_and_a_vlm_planner_from_the_command_line(tmp_p
         proc = subprocess.Popen(
             [sys.executable, '-m', 'lerobot_lang_nodes.cli.main', 'sim', '--no-viewer',
              '--policy-path', str(act), '--planner-model', str(planner_model),
-             '--device', 'cpu', '--timeout', '240'],
+             '--device', 'cpu', '--timeout', '240', '--output-dir', str(tmp_path / 'session')],
             stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             start_new_session=True, env={**os.environ, 'HF_HUB_OFFLINE': '1'})
     try:

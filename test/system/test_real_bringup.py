@@ -78,7 +78,8 @@ def test_real_bringup_against_the_emulator(tmp_path, probe, act_checkpoint) -> N
     log = tmp_path / 'real.log'
     with log.open('w') as out:
         proc = subprocess.Popen([sys.executable, '-m', 'lerobot_lang_nodes.cli.main', 'real',
-                                 str(robot_yaml), '--no-viewer', '--timeout', '120'],
+                                 str(robot_yaml), '--no-viewer', '--timeout', '120',
+                                 '--output-dir', str(tmp_path / 'session')],
                                 stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 start_new_session=True, env=dict(os.environ))
     kids: list[int] = []

@@ -1,0 +1,94 @@
+"""`lerobot-lang export BAG... OUT_DIR`: recorded bags -> a LeRobot v3.0 dataset with language.
+
+Frames are resampled at ``--fps`` with the rule "last value at or before each tick, at most
+``--max-age`` old" (see recording/timeline.py); the language columns hold the subtasks, plans,
+memory, interjections, speech and VQA exchanges of the session (recording/language.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from lerobot_lang_nodes.recording.dataset import (EPISODES_BY, UNITS, ExportError, ExportOptions,
+                                                  export)
+
+
+def add_arguments(_name: str, p: argparse.ArgumentParser) -> None:
+    p.add_argument('paths', nargs='+', metavar='BAG... OUT_DIR',
+                   help='one or more bags (or folders of bags, e.g. a split recording), then '
+                        'the dataset folder to create (must not exist or be empty)')
+    p.add_argument('--fps', type=int, default=30, help='frame rate of the dataset (default 30)')
+    p.add_argument('--repo-id', default='local/lerobot_lang_session',
+                   help='dataset name <user>/<name> written into the metadata')
+    p.add_argument('--units', choices=UNITS, default='radians',
+                   help='joint units: radians as recorded, or lerobot (SO-101: degrees, '
+                        'gripper 0..100) for LeRobot SO-101 policies')
+    p.add_argument('--calibration', default='',
+                   help='with --units lerobot: a LeRobot calibration id or JSON path of the real '
+                        'arm; default: the simulated arm\'s nominal calibration')
+    p.add_argument('--episodes-by', choices=EPISODES_BY, default='outcome',
+                   help='where episodes end: at each task success (outcome), at scene resets, '
+                        'at task changes, or one per gap-free stretch (whole)')
+    p.add_argument('--max-age', type=float, default=0.5, metavar='SECONDS',
+                   help='oldest sample a frame may use; older data drops the frame and ends '
+                        'the episode (default 0.5)')
+    p.add_argument('--min-episode', type=float, default=1.0, metavar='SECONDS',
+                   help='shorter episodes are left out (default 1.0)')
+    p.add_argument('--cameras', default='',
+                   help='comma-separated cameras to export (default: every recorded camera)')
+    p.add_argument('--namespace', default='', help='namespace the graph ran in, if any')
+    p.add_argument('--no-progress', action='store_true', help='no progress bar')
+
+
+def run(_name: str, args: argparse.Namespace) -> int:
+    if len(args.paths) < 2:
+        print('export: give at least one BAG and the OUT_DIR', file=sys.stderr)
+        return 2
+    *bags, out_dir = args.paths
+    logging.basicConfig(level=logging.WARNING, format='%(message)s')
+    try:
+        options = ExportOptions(
+            fps=args.fps, repo_id=args.repo_id, units=args.units,
+            episodes_by=args.episodes_by, max_age_s=args.max_age,
+            min_episode_s=args.min_episode, namespace=args.namespace,
+            cameras=tuple(c for c in args.cameras.split(',') if c),
+            calibration=args.calibration)
+    except ValueError as exc:
+        print(f'export: {exc}', file=sys.stderr)
+        return 2
+    bar = None
+
+    def progress(n: int, total: int) -> None:
+        nonlocal bar
+        if bar is None:
+            from tqdm import tqdm
+            bar = tqdm(total=total, unit='frame', desc='export', disable=args.no_progress)
+        bar.update(n)
+
+    try:
+        result = export(bags, out_dir, options, progress=progress)
+    except (ExportError, OSError) as exc:
+        print(f'export failed, nothing written: {exc}', file=sys.stderr)
+        return 1
+    finally:
+        if bar is not None:
+            bar.close()
+    for warning in result.warnings:
+        print(f'warning: {warning}', file=sys.stderr)
+    print(f'wrote {result.frames} frames in {result.episodes} episode(s), cameras '
+          f'{result.cameras}, to {result.root}')
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m lerobot_lang_nodes.cli.export BAG... OUT_DIR [options]`."""
+    parser = argparse.ArgumentParser(prog='lerobot-lang export', description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_arguments('export', parser)
+    return run('export', parser.parse_args(argv))
+
+
+if __name__ == '__main__':
+    sys.exit(main())

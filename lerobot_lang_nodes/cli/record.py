@@ -1,0 +1,119 @@
+"""`lerobot-lang record`: record the running graph into rosbag2 bags, or start / stop a
+running recorder (`lerobot-lang record start|stop`, what the console's `/record` calls).
+
+`record` with no action runs the `recorder` node in this process until Ctrl-C, which closes
+the bag cleanly; every option becomes one of the node's parameters.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+from lerobot_lang_nodes import dds
+
+ACTIONS = ('run', 'start', 'stop')
+
+
+def add_arguments(_name: str, p: argparse.ArgumentParser) -> None:
+    p.add_argument('action', nargs='?', choices=ACTIONS, default='run',
+                   help='run (default): record until Ctrl-C; start / stop: call a running '
+                        "recorder's ~/start or ~/stop service")
+    p.add_argument('--output-dir', default='recordings', help='folder of the bags')
+    p.add_argument('--storage', choices=('mcap', 'sqlite3'), default='mcap',
+                   help='rosbag2 storage (default mcap)')
+    p.add_argument('--topics', default='',
+                   help='comma-separated topics to record instead of the default list')
+    p.add_argument('--cameras', default='front,wrist',
+                   help='comma-separated cameras whose image_raw and camera_info are recorded')
+    p.add_argument('--split-size', type=float, default=0.0, metavar='MB',
+                   help='start a new bag every MB megabytes (0: never)')
+    p.add_argument('--split-duration', type=float, default=0.0, metavar='SECONDS',
+                   help='start a new bag every SECONDS seconds (0: never)')
+    p.add_argument('--compress', action='store_true', help='zstd-compress MCAP chunks')
+    p.add_argument('--use-sim-time', action='store_true',
+                   help='stamp messages with /clock (simulation), as the sim graph runs')
+    p.add_argument('--paused', action='store_true',
+                   help='wait for `record start` before recording')
+    p.add_argument('--namespace', default='', help='namespace of the graph and the recorder')
+    p.add_argument('--timeout', type=float, default=10.0,
+                   help='start / stop: seconds to wait for the recorder')
+
+
+def _param(value: object) -> str:
+    """A `-p name:=value` literal (YAML)."""
+    if isinstance(value, bool):
+        return 'true' if value else 'false'
+    if isinstance(value, list):
+        return '[' + ','.join(repr(v) for v in value) + ']'
+    return str(value)
+
+
+def _ros_args(args: argparse.Namespace) -> list[str]:
+    params = {
+        'output_dir': os.path.abspath(args.output_dir), 'storage': args.storage,
+        'split_size_mb': float(args.split_size), 'split_duration_s': float(args.split_duration),
+        'compress': args.compress, 'start_recording': not args.paused,
+        'use_sim_time': args.use_sim_time,
+    }
+    out = ['--ros-args']
+    for key, value in params.items():
+        out += ['-p', f'{key}:={_param(value)}']
+    for key, text in (('topics', args.topics), ('cameras', args.cameras)):
+        items = [t for t in text.split(',') if t]
+        if items or key == 'cameras':
+            out += ['-p', f'{key}:={_param(items or [""])}']
+    if args.namespace:
+        out += ['-r', f'__ns:=/{args.namespace.strip("/")}']
+    return out
+
+
+def _call(action: str, args: argparse.Namespace) -> int:
+    import rclpy
+    from rclpy.node import Node
+    from std_srvs.srv import Trigger
+    rclpy.init()
+    node = Node('lerobot_lang_cli_record')
+    try:
+        ns = f'/{args.namespace.strip("/")}' if args.namespace else ''
+        name = f'{ns}/recorder/{action}'
+        client = node.create_client(Trigger, name)
+        if not client.wait_for_service(timeout_sec=args.timeout):
+            print(f'error: service {name} not available: is a recorder running (`lerobot-lang '
+                  'record`, or `sim --record`) in this ROS_DOMAIN_ID?', file=sys.stderr)
+            return 2
+        future = client.call_async(Trigger.Request())
+        deadline = time.monotonic() + args.timeout + 30.0
+        while not future.done() and time.monotonic() < deadline:
+            rclpy.spin_once(node, timeout_sec=0.05)
+        if not future.done():
+            print(f'error: {name} did not answer', file=sys.stderr)
+            return 2
+        reply = future.result()
+        print(reply.message)
+        return 0 if reply.success else 1
+    finally:
+        node.destroy_node()
+        rclpy.try_shutdown()
+
+
+def run(_name: str, args: argparse.Namespace) -> int:
+    os.environ.update(dds.ros_environment())
+    if args.action != 'run':
+        return _call(args.action, args)
+    from lerobot_lang_nodes.nodes import recorder_node
+    return recorder_node.main([sys.argv[0], *_ros_args(args)])
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m lerobot_lang_nodes.cli.record [run|start|stop] [options]`."""
+    parser = argparse.ArgumentParser(prog='lerobot-lang record', description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_arguments('record', parser)
+    return run('record', parser.parse_args(argv))
+
+
+if __name__ == '__main__':
+    sys.exit(main())

@@ -1,0 +1,594 @@
+"""Export recorded bags to a LeRobot v3.0 dataset with language columns; ROS-free.
+
+LeRobot 0.6 writes the dataset itself (`LeRobotDataset.create` / `add_frame` /
+`save_episode` / `finalize`: info.json, stats.json, tasks, episodes, data parquet, AV1 videos
+through PyAV), and its annotation pipeline's `LanguageColumnsWriter` adds the two language
+columns, as LeRobot's own annotation step does. Everything is written into a hidden sibling
+folder that is renamed to the output folder only once complete: a failed export leaves
+nothing behind. LeRobot (torch) is imported only when an export runs.
+
+Session clock: when the recorder's clock agrees with the publishers' header stamps (sim time
+recorded with `use_sim_time`, or wall time on the real robot), stamped messages (images, joint
+states, action chunks) are placed at their header stamp and the others at their receive time;
+otherwise every message is placed at its receive time.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import struct
+import tempfile
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from lerobot_lang_nodes.core import images
+from lerobot_lang_nodes.recording import timeline
+from lerobot_lang_nodes.recording.bag_reader import BagError, BagSet
+from lerobot_lang_nodes.recording.language import LanguageLog, episode_rows
+from lerobot_lang_nodes.recording.scheduling import scheduling_kept
+
+logger = logging.getLogger(__name__)
+
+EPISODES_BY = ('outcome', 'reset', 'task', 'whole')
+UNITS = ('radians', 'lerobot')
+STATE_KEY = 'observation.state'
+ACTION_KEY = 'action'
+CAMERA_PREFIX = 'observation.images.'
+# The topic on which the planner logs each VQA exchange (the /vqa service is invisible to a
+# bag): std_msgs/String holding JSON {"question", "answer", "camera", "success", "stamp"}.
+VQA_LOG_TOPIC = 'vqa_log'
+IMAGE_TYPE = 'sensor_msgs/msg/Image'
+COMPRESSED_TYPE = 'sensor_msgs/msg/CompressedImage'
+# Header stamps and receive times closer than this (median) are taken to be one clock.
+SAME_CLOCK_S = 1.0
+# A joint jumping this far between two joint states < 0.25 s apart is a scene reset.
+RESET_JUMP_RAD = 0.5
+
+
+class ExportError(RuntimeError):
+    """The export cannot run; the message says why and what to do. Nothing was written."""
+
+
+@dataclass(frozen=True)
+class ExportOptions:
+    """What `lerobot-lang export` asks for."""
+
+    fps: int = 30
+    repo_id: str = 'local/lerobot_lang_session'
+    units: str = 'radians'
+    episodes_by: str = 'outcome'
+    max_age_s: float = 0.5
+    min_episode_s: float = 1.0
+    reply_window_s: float = 10.0
+    namespace: str = ''
+    cameras: tuple[str, ...] = ()
+    calibration: str = ''
+    robot_type: str = 'so101_follower'
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.fps <= 1000:
+            raise ValueError(f'fps must be in [1, 1000], got {self.fps}')
+        if self.units not in UNITS:
+            raise ValueError(f'units is {self.units!r}; valid choices: {list(UNITS)}')
+        if self.episodes_by not in EPISODES_BY:
+            raise ValueError(f'episodes_by is {self.episodes_by!r}; valid choices: '
+                             f'{list(EPISODES_BY)}')
+        if self.max_age_s <= 0:
+            raise ValueError(f'max_age_s must be > 0, got {self.max_age_s}')
+        if '/' not in self.repo_id:
+            raise ValueError(f'repo_id must look like <user>/<name>, got {self.repo_id!r}')
+
+
+@dataclass
+class ExportResult:
+    """What was written."""
+
+    root: Path
+    episodes: int
+    frames: int
+    cameras: list[str]
+    warnings: list[str] = field(default_factory=list)
+
+
+@dataclass
+class _Camera:
+    name: str
+    topic: str
+    msgtype: str
+    times: list[float] = field(default_factory=list)
+    shape: tuple[int, int, int] | None = None
+
+
+@dataclass
+class Session:
+    """Everything the export needs from the bags, except the image pixels (streamed later)."""
+
+    joint_names: tuple[str, ...] = ()
+    joint_times: list[float] = field(default_factory=list)
+    joints: list[np.ndarray] = field(default_factory=list)
+    action_names: tuple[str, ...] = ()
+    chunks: list[timeline.ChunkRecord] = field(default_factory=list)
+    cameras: dict[str, _Camera] = field(default_factory=dict)
+    tasks: list[tuple[float, str]] = field(default_factory=list)
+    successes: list[tuple[float, bool, str]] = field(default_factory=list)
+    resets: list[float] = field(default_factory=list)
+    language: LanguageLog = field(default_factory=LanguageLog)
+    header_clock: bool = True
+
+
+def _header_stamp(raw: bytes) -> float:
+    """builtin_interfaces/Time of a message that starts with a std_msgs/Header (CDR)."""
+    fmt = '<iI' if raw[1] == 1 else '>iI'
+    sec, nsec = struct.unpack_from(fmt, raw, 4)
+    return sec + nsec * 1e-9
+
+
+class Exporter:
+    """One export: ``run()`` reads the bags twice (state, then pixels) and writes the dataset."""
+
+    def __init__(self, bags: Sequence[str | Path], out_dir: str | Path,
+                 options: ExportOptions = ExportOptions(),
+                 progress: Callable[[int, int], Any] | None = None) -> None:
+        self.bag_paths = [Path(b) for b in bags]
+        self.out_dir = Path(out_dir)
+        self.opt = options
+        self.progress = progress
+        self.warnings: list[str] = []
+
+    # -- topics ------------------------------------------------------------------------------
+
+    def _name(self, relative: str) -> str:
+        ns = self.opt.namespace.strip('/')
+        return f'/{ns}/{relative}' if ns else f'/{relative}'
+
+    def _find_cameras(self, topics: dict) -> dict[str, _Camera]:
+        prefix = self._name('cameras/')
+        found: dict[str, _Camera] = {}
+        for name, topic in sorted(topics.items()):
+            if not name.startswith(prefix):
+                continue
+            parts = name[len(prefix):].split('/')
+            cam = parts[0]
+            if parts[1:] == ['image_raw'] and topic.msgtype == IMAGE_TYPE:
+                found[cam] = _Camera(cam, name, topic.msgtype)
+            elif (parts[1:] == ['image_raw', 'compressed'] and topic.msgtype == COMPRESSED_TYPE
+                  and cam not in found):
+                found[cam] = _Camera(cam, name, topic.msgtype)
+        if self.opt.cameras:
+            missing = [c for c in self.opt.cameras if c not in found]
+            if missing:
+                raise ExportError(f'camera(s) {missing} not in the bags; cameras recorded: '
+                                  f'{sorted(found)}')
+            found = {c: found[c] for c in self.opt.cameras}
+        return found
+
+    def _check_topics(self, bags: BagSet) -> tuple[dict, dict[str, _Camera]]:
+        topics = bags.topics()
+        cameras = self._find_cameras(topics)
+        need = [self._name('joint_states'), self._name('action_chunk')]
+        missing = [t for t in need if topics.get(t) is None or not topics[t].count]
+        if missing or not cameras:
+            what = missing + ([] if cameras else [self._name('cameras/<name>/image_raw')])
+            have = ', '.join(f'{n} ({t.count})' for n, t in sorted(topics.items())) or 'none'
+            raise ExportError(f'the bags lack {what}, which the export needs (state, action and '
+                              f'at least one camera); topics recorded (messages): {have}. '
+                              'Record them (the recorder\'s default topics do), or set '
+                              '--namespace if the graph ran in one')
+        return topics, cameras
+
+    # -- pass 1: everything but pixels -------------------------------------------------------
+
+    def read_session(self, bags: BagSet) -> Session:
+        """Decode states, actions, language and image stamps into a Session."""
+        topics, cameras = self._check_topics(bags)
+        s = Session(cameras=cameras)
+        n = self._name
+        by_topic = {c.topic: c for c in cameras.values()}
+        wanted = [n(t) for t in ('joint_states', 'action_chunk', 'language_context', 'task',
+                                 'interjection', 'speech', VQA_LOG_TOPIC, 'task_outcome',
+                                 'sim/ground_truth')] + list(by_topic)
+        raw_chunks: list[tuple[float, float, Any]] = []
+        offsets: list[float] = []
+        contexts: list[tuple[float, Any]] = []
+        last_seed: Any = None
+        for t_ns, topic, msgtype, raw in bags.messages(t for t in wanted if t in topics):
+            t_log = t_ns / 1e9
+            if topic in by_topic:
+                by_topic[topic].times.append(_header_stamp(raw))
+                if len(offsets) < 5000:
+                    offsets.append(by_topic[topic].times[-1] - t_log)
+                continue
+            msg = bags.decode(raw, msgtype)
+            if topic == n('joint_states'):
+                if not s.joint_names:
+                    s.joint_names = tuple(msg.name)
+                if tuple(msg.name) != s.joint_names:
+                    pos = dict(zip(msg.name, msg.position))
+                    if not all(j in pos for j in s.joint_names):
+                        continue
+                    values = np.array([pos[j] for j in s.joint_names])
+                else:
+                    values = np.asarray(msg.position, dtype=np.float64)
+                stamp = msg.header.stamp.sec + msg.header.stamp.nanosec * 1e-9
+                s.joint_times.append(stamp)
+                s.joints.append(values)
+                offsets.append(stamp - t_log)
+            elif topic == n('action_chunk'):
+                raw_chunks.append((t_log, msg.header.stamp.sec + msg.header.stamp.nanosec * 1e-9,
+                                   msg))
+            elif topic == n('language_context'):
+                contexts.append((t_log, msg))
+            elif topic == n('task'):
+                s.tasks.append((t_log, msg.data))
+            elif topic == n('interjection'):
+                s.language.interjections.append((t_log, msg.data))
+            elif topic == n('speech'):
+                if msg.data.strip():
+                    s.language.speech.append((t_log, msg.data))
+            elif topic == n(VQA_LOG_TOPIC):
+                self._vqa(s, t_log, msg.data)
+            elif topic == n('task_outcome'):
+                s.successes.append((t_log, bool(msg.success), msg.goal))
+            elif topic == n('sim/ground_truth'):
+                try:
+                    seed = json.loads(msg.data).get('seed')
+                except (ValueError, AttributeError):
+                    seed = None
+                if seed is not None and last_seed is not None and seed != last_seed:
+                    s.resets.append(t_log)
+                last_seed = seed if seed is not None else last_seed
+        s.header_clock = bool(offsets) and abs(float(np.median(offsets))) < SAME_CLOCK_S
+        if not s.header_clock:
+            self.warnings.append('header stamps and receive times are on different clocks '
+                                 '(recorder without use_sim_time in sim?): frames are placed '
+                                 'at receive times')
+            self._use_receive_times(s, bags)
+        self._chunks(s, raw_chunks, contexts)
+        self._contexts(s, contexts)
+        if not s.resets:
+            s.resets = self._joint_jumps(s)
+        if not s.joints:
+            raise ExportError('no usable joint_states message in the bags')
+        return s
+
+    def _use_receive_times(self, s: Session, bags: BagSet) -> None:
+        names = {self._name('joint_states')} | {c.topic for c in s.cameras.values()}
+        times: dict[str, list[float]] = {t: [] for t in names}
+        for t_ns, topic, _type, _raw in bags.messages(names):
+            times[topic].append(t_ns / 1e9)
+        s.joint_times = times[self._name('joint_states')][:len(s.joints)]
+        for cam in s.cameras.values():
+            cam.times = times[cam.topic]
+
+    def _vqa(self, s: Session, t: float, text: str) -> None:
+        try:
+            data = json.loads(text)
+            question, answer = str(data['question']), str(data['answer'])
+            camera = str(data.get('camera') or '')
+        except (ValueError, KeyError, TypeError) as exc:
+            self.warnings.append(f'{VQA_LOG_TOPIC} message ignored ({exc}): {text[:80]!r}')
+            return
+        if data.get('success') is False or not answer:
+            return
+        stamp = data.get('stamp')  # the planner's clock when it answered, if on the bag's
+        if isinstance(stamp, (int, float)) and abs(stamp - t) < SAME_CLOCK_S:
+            t = float(stamp)
+        if camera not in s.cameras:
+            fallback = next(iter(s.cameras))
+            self.warnings.append(f'VQA {question!r} names camera {camera!r}, not exported; '
+                                 f'stored on {fallback!r}')
+            camera = fallback
+        s.language.vqa.append((t, CAMERA_PREFIX + camera, question, answer))
+
+    def _chunks(self, s: Session, raw: list, contexts: list) -> None:
+        ctx_t = [t for t, _ in contexts]
+        # The executor drops chunks computed for a revision older than the context's
+        # flush_revision (bags recorded before that field existed: than its revision).
+        ctx_rev = [int(getattr(m, 'flush_revision', 0) or m.revision) for _, m in contexts]
+        for t_log, stamp, msg in raw:
+            names = tuple(msg.action_names)
+            if not s.action_names:
+                s.action_names = names
+            horizon, dim = int(msg.horizon), int(msg.action_dim)
+            if names != s.action_names or horizon * dim != len(msg.values) or horizon == 0:
+                continue
+            i = int(np.searchsorted(ctx_t, t_log, side='right')) - 1
+            if i >= 0 and int(msg.context_revision) < ctx_rev[i]:
+                continue
+            start = stamp if (s.header_clock and stamp > 0) else t_log
+            period = float(msg.control_period_s) or 1.0 / 30.0
+            s.chunks.append(timeline.ChunkRecord(
+                received=t_log, start=min(start, t_log), period=period,
+                values=np.asarray(msg.values, dtype=np.float64).reshape(horizon, dim),
+                revision=int(msg.context_revision)))
+        if not s.chunks:
+            raise ExportError('the bags hold no usable action_chunk message (none, or with '
+                              'mismatched names / sizes)')
+
+    def _contexts(self, s: Session, contexts: list) -> None:
+        prev = {'subtask': '', 'plan': '', 'memory': '', 'task': ''}
+        for t, msg in contexts:
+            for style in ('subtask', 'plan', 'memory'):
+                value = getattr(msg, style)
+                if value != prev[style]:
+                    s.language.add_state(t, style, value)
+                    prev[style] = value
+            if msg.task != prev['task']:
+                s.tasks.append((t, msg.task))
+                prev['task'] = msg.task
+        s.tasks.sort(key=lambda x: x[0])
+
+    @staticmethod
+    def _joint_jumps(s: Session) -> list[float]:
+        out = []
+        for i in range(1, len(s.joints)):
+            dt = s.joint_times[i] - s.joint_times[i - 1]
+            if dt < 0.25 and np.max(np.abs(s.joints[i] - s.joints[i - 1])) > RESET_JUMP_RAD:
+                out.append(s.joint_times[i])
+        return out
+
+    # -- timeline ----------------------------------------------------------------------------
+
+    def plan_frames(self, s: Session) -> tuple[np.ndarray, dict[str, np.ndarray], np.ndarray,
+                                               np.ndarray, list[tuple[int, int]]]:
+        """Ticks, per-stream sample indices, states, actions and episode ranges."""
+        order = np.argsort(s.joint_times, kind='stable')
+        jt = np.asarray(s.joint_times)[order]
+        joints = np.asarray(s.joints)[order]
+        starts = [jt[0]] + [min(c.times) for c in s.cameras.values() if c.times]
+        ends = [jt[-1]] + [max(c.times) for c in s.cameras.values() if c.times]
+        if len(starts) != 1 + len(s.cameras):
+            empty = [c.name for c in s.cameras.values() if not c.times]
+            raise ExportError(f'camera(s) {empty} have no image in the bags')
+        ticks = timeline.frame_ticks(max(starts), min(ends), self.opt.fps)
+        idx = {'joints': timeline.sample_indices(jt, ticks, self.opt.max_age_s)}
+        for cam in s.cameras.values():
+            t = np.asarray(cam.times)
+            if np.any(np.diff(t) < 0):
+                raise ExportError(f'images on {cam.topic} go back in time; the recording is '
+                                  'inconsistent')
+            idx[cam.name] = timeline.sample_indices(t, ticks, self.opt.max_age_s)
+        valid = np.all([v >= 0 for v in idx.values()], axis=0)
+        states = np.where(valid[:, None], joints[np.clip(idx['joints'], 0, None)], np.nan)
+        dim = len(s.action_names)
+        actions = timeline.chunk_actions(s.chunks, ticks, dim)
+        if set(s.action_names) == set(s.joint_names) and s.action_names != s.joint_names:
+            perm = [s.action_names.index(j) for j in s.joint_names]
+            actions = actions[:, perm]
+            s.action_names = s.joint_names
+        # Before the first chunk the robot holds where it is.
+        if s.action_names == s.joint_names:
+            hold = np.isnan(actions).any(axis=1)
+            actions[hold] = states[hold]
+        valid &= ~np.isnan(actions).any(axis=1)
+        cuts = self._cuts(s, ticks, valid)
+        min_frames = max(1, int(round(self.opt.min_episode_s * self.opt.fps)))
+        episodes = timeline.segments(valid, cuts, min_frames)
+        if not episodes:
+            raise ExportError(f'no episode of at least {self.opt.min_episode_s} s with every '
+                              f'stream fresher than {self.opt.max_age_s} s (state, action, '
+                              f'cameras {sorted(s.cameras)}) in the bags')
+        return ticks, idx, states, actions, episodes
+
+    def _cuts(self, s: Session, ticks: np.ndarray, valid: np.ndarray) -> list[int]:
+        mode = self.opt.episodes_by
+        task_changes = [t for i, (t, task) in enumerate(s.tasks)
+                        if i and task != s.tasks[i - 1][1]]
+        if mode == 'whole':
+            return []
+        if mode == 'task':
+            return timeline.cut_indices(ticks, task_changes)
+        if mode == 'reset':
+            return timeline.cut_indices(ticks, s.resets)
+        # outcome: an episode ends at its success; what follows until a new task is idle.
+        edges: list[float] = []
+        was = False
+        for t, ok, _goal in s.successes:
+            if ok and not was:
+                edges.append(t)
+            was = ok
+        for edge in edges:
+            nxt = [t for t in task_changes if t > edge]
+            stop = nxt[0] if nxt else np.inf
+            valid[(ticks >= edge) & (ticks < stop)] = False
+        return timeline.cut_indices(ticks, edges + task_changes + s.resets)
+
+    # -- pass 2 and writing ------------------------------------------------------------------
+
+    def _frames(self, cam: _Camera, wanted: np.ndarray) -> Iterator[np.ndarray]:
+        """The decoded image for each index in ``wanted`` (non-decreasing), in order.
+
+        Each camera reads the bags through its own readers: one reader's file position must
+        not be shared by interleaved iterations.
+        """
+        with BagSet(self.bag_paths) as bags:
+            it = bags.messages([cam.topic])
+            pos, raw, msgtype = -1, b'', cam.msgtype
+            cache: tuple[int, np.ndarray] | None = None
+            for target in wanted:
+                while pos < target:
+                    try:
+                        _t, _topic, msgtype, raw = next(it)
+                    except StopIteration:
+                        raise ExportError(f'{cam.topic} ended before image {target}') from None
+                    pos += 1
+                if cache is None or cache[0] != pos:
+                    cache = (pos, self._decode_image(bags, cam, raw, msgtype))
+                yield cache[1]
+
+    def _decode_image(self, bags: BagSet, cam: _Camera, raw: bytes, msgtype: str
+                      ) -> np.ndarray:
+        msg = bags.decode(raw, msgtype)
+        try:
+            if msgtype == IMAGE_TYPE:
+                rgb = images.to_rgb(msg.encoding, msg.height, msg.width, msg.step,
+                                    bytes(msg.data))
+            else:
+                import io
+
+                from PIL import Image as PilImage
+                rgb = np.asarray(PilImage.open(io.BytesIO(bytes(msg.data))).convert('RGB'))
+        except (images.ImageFormatError, OSError, ValueError) as exc:
+            raise ExportError(f'an image on {cam.topic} cannot be decoded: {exc}') from exc
+        if cam.shape is None:
+            cam.shape = rgb.shape
+        elif rgb.shape != cam.shape:
+            raise ExportError(f'{cam.topic} changes image size from {cam.shape} to {rgb.shape}; '
+                              'a LeRobot video has one size')
+        return rgb
+
+    def _converter(self, s: Session) -> Callable[[np.ndarray], np.ndarray]:
+        if self.opt.units == 'radians':
+            return lambda v: v
+        from lerobot_lang_nodes.backends.policies.lerobot_policy import (
+            StateUnits, nominal_sim_calibration)
+        from lerobot_lang_nodes.so101.calibration import JOINT_NAMES, load_calibration
+        if set(s.joint_names) - set(JOINT_NAMES):
+            raise ExportError(f'--units lerobot converts SO-101 joints {list(JOINT_NAMES)}; the '
+                              f'bags have {list(s.joint_names)}')
+        if self.opt.calibration:
+            cal_arg = self.opt.calibration
+            is_path = cal_arg.endswith('.json') or os.sep in cal_arg
+            cal = load_calibration(path=cal_arg) if is_path else load_calibration(cal_arg)
+            conv = StateUnits(cal, 'degrees', order=s.joint_names)
+        else:  # the simulated arm: its MJCF joint ranges stand for a calibration
+            cal, zero = nominal_sim_calibration()
+            conv = StateUnits(cal, 'degrees', order=s.joint_names, zero_rad=zero)
+        return lambda v: conv.to_lerobot(v)
+
+    def run(self) -> ExportResult:
+        """Read, resample and write; the output folder appears only when complete."""
+        out = self.out_dir
+        if out.exists() and (not out.is_dir() or any(out.iterdir())):
+            raise ExportError(f'output folder {out} exists and is not empty; choose a new '
+                              'folder or remove it')
+        out.parent.mkdir(parents=True, exist_ok=True)
+        work = Path(tempfile.mkdtemp(prefix=f'.{out.name}.partial-', dir=out.parent))
+        try:
+            result = self._export(work / 'dataset', work / 'staging')
+            if out.exists():
+                out.rmdir()
+            os.replace(work / 'dataset', out)
+            result.root = out
+            return result
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+
+    def _export(self, root: Path, staging: Path) -> ExportResult:
+        with scheduling_kept():  # AV1 encoding as root leaves the thread real-time otherwise
+            return self._export_kept(root, staging)
+
+    def _export_kept(self, root: Path, staging: Path) -> ExportResult:
+        from lerobot.datasets.lerobot_dataset import LeRobotDataset
+        try:
+            with BagSet(self.bag_paths) as bags:
+                self.warnings += bags.warnings
+                s = self.read_session(bags)
+                ticks, idx, states, actions, episodes = self.plan_frames(s)
+                convert = self._converter(s)
+                self._probe_shapes(s, idx)
+                names = [f'{j}.pos' for j in s.joint_names] if self.opt.units == 'lerobot' \
+                    else list(s.joint_names)
+                act_names = [f'{j}.pos' for j in s.action_names] \
+                    if self.opt.units == 'lerobot' else list(s.action_names)
+                features = {
+                    STATE_KEY: {'dtype': 'float32', 'shape': (len(names),), 'names': names},
+                    ACTION_KEY: {'dtype': 'float32', 'shape': (len(act_names),),
+                                 'names': act_names},
+                }
+                for cam in s.cameras.values():
+                    features[CAMERA_PREFIX + cam.name] = {
+                        'dtype': 'video', 'shape': cam.shape,
+                        'names': ['height', 'width', 'channels']}
+                ds = LeRobotDataset.create(self.opt.repo_id, self.opt.fps, features,
+                                           root=root, robot_type=self.opt.robot_type,
+                                           use_videos=True)
+                keep = np.concatenate([np.arange(a, b) for a, b in episodes])
+                streams = {c.name: self._frames(c, idx[c.name][keep])
+                           for c in s.cameras.values()}
+                task_t = [t for t, _ in s.tasks]
+                for a, b in episodes:
+                    for i in range(a, b):
+                        j = int(np.searchsorted(task_t, ticks[i], side='right')) - 1
+                        # Frames before the first task message (latched topics reach the
+                        # recorder after it subscribes) belong to the first task.
+                        task = (s.tasks[max(j, 0)][1] if s.tasks else '') or 'unspecified task'
+                        frame = {STATE_KEY: np.asarray(convert(states[i]), dtype=np.float32),
+                                 ACTION_KEY: np.asarray(convert(actions[i]), dtype=np.float32),
+                                 'task': task}
+                        for name, stream in streams.items():
+                            frame[CAMERA_PREFIX + name] = next(stream)
+                        ds.add_frame(frame)
+                        if self.progress is not None:
+                            self.progress(1, len(keep))
+                    # Sequential encoding: forking a process that runs threads (a ROS
+                    # probe, a progress bar) can deadlock, and 2 cores gain little.
+                    ds.save_episode(parallel_encoding=False)
+                ds.finalize()
+                for stream in streams.values():
+                    stream.close()
+        except BagError as exc:
+            raise ExportError(str(exc)) from exc
+        frames = int(sum(b - a for a, b in episodes))
+        self._write_language(root, staging, s, ticks, episodes)
+        return ExportResult(root, len(episodes), frames, sorted(s.cameras), self.warnings)
+
+    def _probe_shapes(self, s: Session, idx: dict[str, np.ndarray]) -> None:
+        for cam in s.cameras.values():
+            first = int(idx[cam.name][idx[cam.name] >= 0][0])
+            frames = self._frames(cam, np.array([first]))
+            next(frames)
+            frames.close()
+
+    def _write_language(self, root: Path, staging: Path, s: Session, ticks: np.ndarray,
+                        episodes: list[tuple[int, int]]) -> None:
+        from lerobot.annotations.steerable_pipeline.reader import iter_episodes
+        from lerobot.annotations.steerable_pipeline.staging import EpisodeStaging
+        from lerobot.annotations.steerable_pipeline.validator import StagingValidator
+        from lerobot.annotations.steerable_pipeline.writer import LanguageColumnsWriter
+        from lerobot.datasets.io_utils import load_info, write_info
+        from lerobot.datasets.language import SAY_TOOL_SCHEMA, language_feature_info
+
+        records = sorted(iter_episodes(root), key=lambda r: r.episode_index)
+        if len(records) != len(episodes):
+            raise ExportError(f'LeRobot wrote {len(records)} episodes, expected {len(episodes)}')
+        frame_times = np.concatenate([ticks[a:b] for a, b in episodes])
+        offsets = np.cumsum([0] + [b - a for a, b in episodes])
+        ranges = [(int(offsets[k]), int(offsets[k + 1])) for k in range(len(episodes))]
+        rows, warnings = episode_rows(s.language, frame_times, ranges,
+                                      [r.frame_timestamps for r in records],
+                                      self.opt.reply_window_s)
+        self.warnings += warnings
+        for record, staged in zip(records, rows):
+            stage = EpisodeStaging(staging, record.episode_index)
+            for module, module_rows in staged.items():
+                stage.write(module, module_rows)
+        cams = tuple(CAMERA_PREFIX + c for c in s.cameras)
+        report = StagingValidator(dataset_camera_keys=cams).validate(records, staging)
+        for error in report.errors:
+            # LeRobot's generated VQA answers are JSON (bbox, count, ...); a planner's answers
+            # are free text, which the loader and the recipes accept.
+            if 'VQA assistant' in error:
+                continue
+            self.warnings.append(f"LeRobot's annotation validator: {error}")
+        LanguageColumnsWriter().write_all(records, staging, root)
+        info = load_info(root)
+        info.features = {**info.features, **language_feature_info()}
+        tools = [t for t in (info.tools or [])
+                 if (t.get('function') or {}).get('name') != 'say']
+        info.tools = [*tools, SAY_TOOL_SCHEMA]
+        write_info(info, root)
+
+
+def export(bags: Sequence[str | Path], out_dir: str | Path,
+           options: ExportOptions = ExportOptions(),
+           progress: Callable[[int, int], Any] | None = None) -> ExportResult:
+    """Export ``bags`` to a new LeRobot dataset at ``out_dir`` (see module doc)."""
+    return Exporter(bags, out_dir, options, progress).run()

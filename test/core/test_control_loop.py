@@ -1,0 +1,68 @@
+"""Loop cadence and executor catch-up after a stall: late actions skipped, none played early."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from lerobot_lang_nodes.core.control_loop import Cadence
+from lerobot_lang_nodes.core.errors import ConfigError
+from lerobot_lang_nodes.core.executor import Chunk, ChunkExecutor, DispatchLog, ExecutorConfig
+
+HZ = 50.0
+PERIOD = 1.0 / HZ
+
+
+def test_cadence_on_time_follows_the_grid():
+    c = Cadence(HZ, 0.0)
+    assert c.delay(0.005) == pytest.approx(PERIOD - 0.005)
+    assert c.delay(PERIOD + 0.001) == pytest.approx(PERIOD - 0.001)
+    assert (c.overruns, c.skipped_slots) == (0, 0)
+
+
+def test_cadence_skips_missed_slots_instead_of_running_them_back_to_back():
+    c = Cadence(HZ, 0.0)
+    delay = c.delay(0.2)  # a 0.2 s stall in the first cycle: slots 1..10 are gone
+    assert c.next_s == pytest.approx(11 * PERIOD)
+    assert delay == pytest.approx(11 * PERIOD - 0.2)
+    assert (c.overruns, c.skipped_slots) == (1, 10)
+
+
+def test_cadence_restarts_after_a_clock_regression_and_validates_its_rate():
+    c = Cadence(HZ, 100.0)
+    assert c.delay(1.0) == pytest.approx(PERIOD)
+    with pytest.raises(ConfigError, match='hz'):
+        Cadence(0.0, 0.0)
+
+
+def run_loop(stall_at: int, stall_s: float, cycles: int = 60) -> list[tuple[float, int]]:
+    """The driver's loop shape on a virtual clock: tick, work, sleep what the cadence says."""
+    log = DispatchLog()
+    ex = ChunkExecutor(ExecutorConfig(action_names=('a',), ctrl_hz=HZ, max_horizon=100,
+                                      time_align=True), on_dispatch=log)
+    horizon = 50
+    ex.submit(Chunk(np.arange(horizon, dtype=float).reshape(-1, 1), ('a',), revision=0,
+                    sequence=1, stamp_s=0.0), 0.0)
+    now = 0.0
+    cadence = Cadence(HZ, now)
+    out = []
+    for k in range(cycles):
+        n = len(log)
+        if ex.tick(now) is not None:
+            out.append((now, log.records[n].step_index))
+        now += 0.001  # the cycle's own work
+        if k == stall_at:
+            now += stall_s  # the CPU was busy
+        now += cadence.delay(now)
+    return out
+
+
+@pytest.mark.parametrize('stall_s', [0.05, 0.13, 0.36])
+def test_after_a_stall_late_actions_are_skipped_and_none_is_played_early(stall_s):
+    dispatched = run_loop(stall_at=5, stall_s=stall_s)
+    for t, step in dispatched:
+        # Action i is due during [i * period, (i + 1) * period): never before its slot.
+        assert t >= step * PERIOD - 1e-9, f'step {step} dispatched {step * PERIOD - t:.3f} s early'
+        assert t < (step + 1) * PERIOD + 1e-9, f'step {step} dispatched late at {t:.3f}'
+    steps = [s for _, s in dispatched]
+    assert steps == sorted(steps) and steps[-1] == 49  # the chunk still reaches its target
