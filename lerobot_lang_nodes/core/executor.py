@@ -277,6 +277,7 @@ class ExecutorStatus:
     catchup_skipped: int = 0  # actions popped by catch-up but not returned
     burst_deadline_s: float | None = None
     flush_revision: int = 0  # newest operator change known; older chunks are discarded
+    control_period_s: float = 0.0  # 1 / ctrl_hz: the period chunks must be computed for
 
 
 class DispatchRecord(NamedTuple):
@@ -468,7 +469,9 @@ class ChunkExecutor:
                     return self._stale(
                         chunk, f'expired: all {chunk.horizon} actions are in the past '
                                f'(age {now_s - chunk.stamp_s:.3f} s >= '
-                               f'{chunk.horizon} * {period:.4f} s)')
+                               f'{chunk.horizon} * {period:.4f} s): the chunk took longer '
+                               'to arrive than it lasts; a longer chunk (n_action_steps) or a '
+                               'faster device')
                 skipped = int(math.floor(slots))
             new = [_Entry(chunk.sequence, chunk.revision, i, chunk.values[i], chunk.instruction)
                    for i in range(skipped, chunk.horizon)]
@@ -695,5 +698,5 @@ class ChunkExecutor:
                 dropped_actions=self._dropped,
                 catchup_skipped=self._catchup_skipped,
                 burst_deadline_s=self._deadline,
-                flush_revision=self._flush_revision,
+                flush_revision=self._flush_revision, control_period_s=self._period,
             )

@@ -6,8 +6,11 @@ the executor needs one, one chunk at a time (a published chunk is awaited until 
 at most ``max_hz`` for refills, and at once for the first chunk after an operator change (a
 newer flush revision): the executor drops its queue then, so every tick of delay there is a
 tick the arm holds still. A planner subtask change (revision newer, flush revision unchanged)
-keeps the queue running: its first chunk waits for the refill edge like any other.
-Without a flush revision (None) every revision counts as an operator change.
+keeps the queue running, and its first chunk starts as soon as the policy is free (within
+``max_hz``), without waiting for the refill edge: the executor merges it into the queue
+(``replace``), so the arm moves on to the new subtask one inference after the planner
+decided, never idle in between. Without a flush revision (None) every revision counts as an
+operator change.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ class InferenceGate:
         self._awaiting: tuple[int, float] | None = None  # (sequence, time published)
         self._last_start = float('-inf')
         self._last_flush = -1  # flush revision of the last inference started
+        self._last_revision = -1  # revision of the last inference started
 
     @property
     def awaiting(self) -> int | None:
@@ -51,20 +55,23 @@ class InferenceGate:
         flush = revision if flush_revision is None else flush_revision
         known = executor.revision if executor.flush_revision is None else executor.flush_revision
         urgent = flush > self._last_flush
+        # The planner moved on within the epoch: the queued chunk is for the old subtask.
+        newer_subtask = flush == self._last_flush and revision > self._last_revision
         # An operator change newer than the executor's empties its queue as soon as it hears
         # of it: start that chunk without waiting for the status that says so.
-        if not executor.needs_refill and flush <= known:
+        if not executor.needs_refill and flush <= known and not newer_subtask:
             return False
         if self._awaiting is not None:
-            # A chunk older than an operator change is rejected as stale and never
-            # acknowledged: waiting for its ack would hold the arm still.
-            if not urgent and now - self._awaiting[1] < self.ack_timeout_s:
+            # A chunk older than an operator change or a subtask change is rejected as stale
+            # or superseded, or at least outdated: waiting for its ack would delay the arm.
+            if not (urgent or newer_subtask) and now - self._awaiting[1] < self.ack_timeout_s:
                 return False
             self._awaiting = None  # acknowledged late, lost, rejected or moot
         return urgent or now - self._last_start >= self.min_period_s
 
     def started(self, now: float, revision: int, flush_revision: int | None = None) -> None:
         self._last_start = now
+        self._last_revision = max(self._last_revision, revision)
         self._last_flush = revision if flush_revision is None else flush_revision
 
     def published(self, sequence: int, now: float) -> None:

@@ -67,6 +67,7 @@ def status_to_msg(status: ExecutorStatus, stamp_s: float) -> RuntimeStatus:
         mode=status.mode, queue_depth=int(status.queue_depth),
         needs_refill=bool(status.needs_refill), context_revision=int(status.context_revision),
         flush_revision=int(status.flush_revision),
+        control_period_s=float(status.control_period_s),
         last_chunk_sequence=max(0, int(status.last_chunk_sequence)),
         last_chunk_revision=max(0, int(status.last_chunk_revision)),
         last_accepted_sequence=max(0, int(status.last_accepted_sequence)),

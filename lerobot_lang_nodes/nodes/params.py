@@ -1,7 +1,10 @@
 """ROS parameters from a config dataclass: descriptors, range checks and unknown-name errors.
 
 A node's config dataclass (field metadata: ``doc``, optional ``range``, ``choices``,
-``read_only``) is the one schema. ``declare_config`` declares every field with a descriptor and
+``runtime``) is the one schema. Parameters are read-only unless a field says ``runtime: True``
+(and its node applies changes through a set-parameters callback): a node reads its
+configuration once, so `ros2 param set` on anything else is refused instead of succeeding and
+changing nothing. ``declare_config`` declares every field with a descriptor and
 returns a validated instance; a parameter given on the command line or in a YAML that the node
 does not know is an error that names the known parameters, instead of being silently ignored.
 """
@@ -74,7 +77,7 @@ def declare_config(node: Any, cls: type[C], *, prefix: str = '') -> C:
         default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
         desc = ParameterDescriptor(name=prefix + f.name, type=ros_type,
                                    description=meta.get('doc', ''),
-                                   read_only=meta.get('read_only', False))
+                                   read_only=not meta.get('runtime', False))
         if 'choices' in meta:
             desc.additional_constraints = f"one of {list(meta['choices'])}"
         if 'range' in meta:  # rclpy then rejects out-of-range values itself
@@ -107,6 +110,13 @@ def declare_config(node: Any, cls: type[C], *, prefix: str = '') -> C:
         raise ParameterError(f'invalid parameters for node {node.get_name()!r}: {exc}') from exc
 
 
+# Parameters a node no longer has, with where the setting lives now.
+RETIRED = {
+    'ctrl_hz': 'the control rate belongs to the chunk executor (sim_bridge or so101_driver '
+               'ctrl_hz); other nodes read it from runtime_status (control_period_s)',
+}
+
+
 def reject_unknown_parameters(node: Any) -> None:
     """Refuse overrides the node never declared: a typo would otherwise be silently ignored.
 
@@ -119,6 +129,7 @@ def reject_unknown_parameters(node: Any) -> None:
     if unknown:
         known = sorted(name for name in node._parameters
                        if not name.startswith(_ALWAYS_ALLOWED_PREFIXES))
+        moved = ''.join(f' {name!r}: {RETIRED[name]}.' for name in unknown if name in RETIRED)
         raise ParameterError(f'unknown parameter(s) {unknown} for node {node.get_name()!r}; '
                              f'known parameters: {known}. Fix the name in the YAML or the '
-                             '--ros-args -p option')
+                             f'--ros-args -p option.{moved}')

@@ -51,25 +51,23 @@ class PlannerConfig:
     """Parameters of the planner node."""
 
     backend: str = field(default='scripted', metadata={
-        'doc': 'Planner backend (text generator); see backends/registry.py.', 'read_only': True})
+        'doc': 'Planner backend (text generator); see backends/registry.py.'})
     model_path: str = field(default='', metadata={
         'doc': 'Checkpoint directory or file for model backends (`transformers`: a directory '
                'with config.json, weights and tokenizer/processor, a .gguf file, or a hub id '
-               'when online); unused by `scripted`.', 'read_only': True})
+               'when online); unused by `scripted`.'})
     model_kind: str = field(default='auto', metadata={
         'doc': 'transformers: vlm (AutoModelForImageTextToText + AutoProcessor), text '
                '(AutoModelForCausalLM + AutoTokenizer), or auto (from config.json model_type; '
-               'GGUF files are text).', 'choices': ('auto', 'vlm', 'text'), 'read_only': True})
+               'GGUF files are text).', 'choices': ('auto', 'vlm', 'text')})
     gguf_file: str = field(default='', metadata={
         'doc': 'transformers: GGUF file name inside model_path (or give the .gguf path as '
-               'model_path); empty = not GGUF.', 'read_only': True})
+               'model_path); empty = not GGUF.'})
     device: str = field(default='auto', metadata={
-        'doc': 'transformers: cpu, cuda, cuda:N, or auto (cuda when available).',
-        'read_only': True})
+        'doc': 'transformers: cpu, cuda, cuda:N, or auto (cuda when available).'})
     dtype: str = field(default='auto', metadata={
         'doc': 'transformers: weight dtype; auto = bfloat16 on a GPU that supports it, else '
-               'float32.', 'choices': ('auto', 'float32', 'bfloat16', 'float16'),
-        'read_only': True})
+               'float32.', 'choices': ('auto', 'float32', 'bfloat16', 'float16')})
     image_cameras: tuple[str, ...] = field(default=('front',), metadata={
         'doc': 'transformers (vision-language): cameras whose latest frame goes into the '
                'subtask and interjection prompts (VQA uses the camera asked about); each must '
@@ -89,26 +87,29 @@ class PlannerConfig:
                'prompts_file (itself empty = no system turn).'})
     prompts_file: str = field(default='', metadata={
         'doc': 'YAML with the system prompt and prompt templates (e.g. the plan line of the '
-               'subtask prompt); empty = config/prompts.yaml of this package.',
-        'read_only': True})
+               'subtask prompt); empty = config/prompts.yaml of this package.'})
     candidates: tuple[str, ...] = field(default=(), metadata={
         'doc': 'transformers constrained mode: allowed subtasks (e.g. the skills the policy '
                'was trained on); the subtask is the candidate the model scores highest instead '
-               'of free text. Empty (and no candidates_file) = free generation.',
-        'read_only': True})
+               'of free text. Empty (and no candidates_file) = free generation.'})
     candidates_file: str = field(default='', metadata={
         'doc': 'transformers constrained mode: a text file with one more candidate per line '
-               '(# comments allowed); empty = none.', 'read_only': True})
+               '(# comments allowed); empty = none.'})
     diagnostics_period_s: float = field(default=1.0, metadata={
         'doc': 'Period of the planner status on /diagnostics.', 'range': (0.05, 60.0)})
     chunks_per_regen: int = field(default=1, metadata={
         'doc': 'Regenerate the subtask at most every N action chunks.', 'range': (1, 1000)})
+    regen_on: str = field(default='refill', metadata={
+        'doc': 'What counts as a chunk boundary: "refill", the executor asking for its next '
+               'chunk (runtime_status needs_refill rising), so the new subtask is decided as '
+               'the next chunk is; "chunk", a chunk being published (after its inference).',
+        'choices': ('refill', 'chunk')})
     high_level_hz: float = field(default=1.0, metadata={
         'doc': 'Regenerate the subtask at most this often (Hz).', 'range': (0.01, 100.0)})
     subtask_change_flushes: bool = field(default=False, metadata={
         'doc': 'Publish every revision as an operator change (flush_revision = revision), so '
                'each planner subtask change flushes the executor queue: the rule before '
-               'revision epochs, kept to compare against in benchmarks.', 'read_only': True})
+               'revision epochs, kept to compare against in benchmarks.'})
     enable_memory: bool = field(default=True, metadata={
         'doc': 'Regenerate the memory note when the subtask changes.'})
     direct_subtask: bool = field(default=False, metadata={
@@ -136,8 +137,7 @@ class PlannerConfig:
         'doc': 'How long VQA waits for the pause service.', 'range': (0.1, 60.0)})
     task: str = field(default='', metadata={
         'doc': 'Task to start with, as if sent on /task (a "direct:" prefix is honoured); '
-               'empty = wait for /task (the start-up log says how to send one).',
-        'read_only': True})
+               'empty = wait for /task (the start-up log says how to send one).'})
     feedback_hz: float = field(default=2.0, metadata={
         'doc': 'RunTask feedback and progress check rate (Hz).', 'range': (0.1, 50.0)})
 
@@ -191,6 +191,9 @@ class PlannerNode(Node):
         self.state = LanguageState()
         self.planner = HighLevelPlanner(self.generator, self.state, hl_cfg, self.templates)
         self._lock = threading.Lock()
+        self._refill_seen = False
+        self._last_boundary = float('-inf')
+        self._regen_interval_s = 1.0 / self.cfg.high_level_hz
         self._outcome: TaskOutcome | None = None
         self._published: LanguageSnapshot | None = None
         self._subtask_history: list[str] = []
@@ -291,11 +294,25 @@ class PlannerNode(Node):
         self._submit(self._job_interject, msg.data)
 
     def _on_chunk(self, _msg: ActionChunk) -> None:
-        self._submit(self._job_chunk_boundary)
+        if self.cfg.regen_on == 'chunk':
+            self._submit(self._job_chunk_boundary)
 
     def _on_status(self, msg: RuntimeStatus) -> None:
         if msg.mode in ('action', 'paused') and msg.mode != self.state.mode:
             self._submit(self._job_set_mode, msg.mode)
+        if self.cfg.regen_on != 'refill':
+            return
+        now = time.monotonic()
+        with self._lock:
+            rising = msg.needs_refill and not self._refill_seen
+            # A queue that stays empty (no chunk arrives) raises no edge: look again at the
+            # throttled rate, so the planner still notices a subtask done.
+            stuck = msg.needs_refill and now - self._last_boundary >= self._regen_interval_s
+            self._refill_seen = bool(msg.needs_refill)
+            if rising or stuck:
+                self._last_boundary = now
+        if rising or stuck:
+            self._submit(self._job_chunk_boundary)
 
     # --- worker -------------------------------------------------------------------------
     def _submit(self, fn, *args) -> concurrent.futures.Future:

@@ -42,33 +42,29 @@ class PolicyConfig:
     """Parameters of the policy node."""
 
     backend: str = field(default='scripted', metadata={
-        'doc': 'Action policy backend; see backends/registry.py.', 'read_only': True})
+        'doc': 'Action policy backend; see backends/registry.py.'})
     model_path: str = field(default='', metadata={
         'doc': 'Checkpoint directory for model backends (lerobot: a LeRobot pretrained_model '
-               'directory); unused by `scripted`.', 'read_only': True})
+               'directory); unused by `scripted`.'})
     device: str = field(default='auto', metadata={
         'doc': 'Torch device of model backends: auto (cuda if available, else cpu), cpu, '
-               'cuda or cuda:<n>.', 'read_only': True})
+               'cuda or cuda:<n>.'})
     dtype: str = field(default='auto', metadata={
         'doc': 'Float dtype of model backends; auto keeps the checkpoint\'s.',
-        'choices': ('auto', 'float32', 'bfloat16', 'float16'), 'read_only': True})
+        'choices': ('auto', 'float32', 'bfloat16', 'float16')})
     camera_map: tuple[str, ...] = field(default=('',), metadata={
         'doc': 'lerobot: "<camera>:<checkpoint image key>" per camera whose checkpoint key '
-               'differs from observation.images.<camera>; [""] or [] = identity.',
-        'read_only': True})
+               'differs from observation.images.<camera>; [""] or [] = identity.'})
     state_units: str = field(default='degrees', metadata={
         'doc': 'lerobot: units of observation.state / action in the checkpoint (LeRobot SO-101 '
                'conventions): "degrees" (use_degrees=True) or "range_m100_100"; the gripper '
-               'is 0..100 in both.', 'choices': ('degrees', 'range_m100_100'),
-        'read_only': True})
+               'is 0..100 in both.', 'choices': ('degrees', 'range_m100_100')})
     calibration_id: str = field(default='', metadata={
         'doc': 'lerobot: LeRobot robot id whose SO-101 calibration JSON converts radians to '
                'the checkpoint\'s units (the driver\'s file); empty with calibration_path '
-               'empty = a nominal calibration spanning the simulator\'s joint ranges.',
-        'read_only': True})
+               'empty = a nominal calibration spanning the simulator\'s joint ranges.'})
     calibration_path: str = field(default='', metadata={
-        'doc': 'lerobot: explicit calibration JSON path instead of calibration_id.',
-        'read_only': True})
+        'doc': 'lerobot: explicit calibration JSON path instead of calibration_id.'})
     inference_timeout_s: float = field(default=5.0, metadata={
         'doc': 'An inference that takes longer is discarded and counted as a timeout; the '
                'next refill retries. 0 disables.', 'range': (0.0, 600.0)})
@@ -80,9 +76,6 @@ class PolicyConfig:
         'choices': ('context', 'task')})
     chunk_horizon: int = field(default=15, metadata={
         'doc': 'Actions per chunk (H).', 'range': (1, 1000)})
-    ctrl_hz: float = field(default=30.0, metadata={
-        'doc': 'Control rate the chunk is meant for; sets control_period_s.',
-        'range': (1.0, 500.0)})
     max_inference_hz: float = field(default=20.0, metadata={
         'doc': 'Upper bound on inference starts per second (chunk_hz).', 'range': (0.1, 200.0)})
     cameras: tuple[str, ...] = field(default=('front', 'wrist'), metadata={
@@ -303,6 +296,8 @@ class PolicyNode(Node):
                 flush = self._flush_revision()
                 self.gate.started(time.monotonic(), revision, flush)
                 joints = self._joints
+                # The executor owns the control rate; 0 (not announced) = its own period.
+                period = float(self._status.control_period_s)
                 observation = {
                     'instruction': instruction,
                     'joint_names': list(joints.name),
@@ -310,6 +305,7 @@ class PolicyNode(Node):
                     'images': self.observations.images(),
                     'ground_truth': self.observations.ground_truth(),
                     'stamp_s': convert.stamp_to_s(joints.header.stamp),
+                    'control_period_s': period or None,
                 }
             self._infer_and_publish(observation, instruction, revision, flush)
 
@@ -354,7 +350,7 @@ class PolicyNode(Node):
             msg = convert.chunk_to_msg(values, self.action_names, revision=revision,
                                        sequence=self._sequence,
                                        stamp_s=observation['stamp_s'],
-                                       period_s=1.0 / self.cfg.ctrl_hz,
+                                       period_s=observation['control_period_s'] or 0.0,
                                        instruction=instruction, backend=self.cfg.backend,
                                        flush_revision=flush)
             self.gate.published(self._sequence, time.monotonic())

@@ -48,40 +48,35 @@ class RecorderConfig:
 
     topics: tuple[str, ...] = field(default=DEFAULT_TOPICS, metadata={
         'doc': 'topics to record (relative names resolve in the node namespace); each is '
-               'subscribed once it has a publisher', 'read_only': True})
+               'subscribed once it has a publisher'})
     cameras: tuple[str, ...] = field(default=('front', 'wrist'), metadata={
-        'doc': 'cameras whose cameras/<name>/image_raw and camera_info are recorded too',
-        'read_only': True})
+        'doc': 'cameras whose cameras/<name>/image_raw and camera_info are recorded too'})
     output_dir: str = field(default='recordings', metadata={
-        'doc': 'folder the bags are written into (created if missing)', 'read_only': True})
+        'doc': 'folder the bags are written into (created if missing)'})
     bag_prefix: str = field(default='session', metadata={
-        'doc': 'bag folder names: <bag_prefix>_<date-time>_<NNN>, NNN counting splits',
-        'read_only': True})
+        'doc': 'bag folder names: <bag_prefix>_<date-time>_<NNN>, NNN counting splits'})
     storage: str = field(default='mcap', metadata={
-        'doc': 'rosbag2 storage: mcap, or sqlite3 for older tools', 'choices': tuple(STORAGES),
-        'read_only': True})
+        'doc': 'rosbag2 storage: mcap, or sqlite3 for older tools', 'choices': tuple(STORAGES)})
     compress: bool = field(default=False, metadata={
-        'doc': 'zstd-compress MCAP chunks (smaller bags, more CPU)', 'read_only': True})
+        'doc': 'zstd-compress MCAP chunks (smaller bags, more CPU)'})
     split_size_mb: float = field(default=0.0, metadata={
         'doc': 'start a new bag after this many MB of messages; 0 disables',
-        'range': (0.0, 1e7), 'read_only': True})
+        'range': (0.0, 1e7)})
     split_duration_s: float = field(default=0.0, metadata={
-        'doc': 'start a new bag after this many seconds; 0 disables', 'range': (0.0, 1e7),
-        'read_only': True})
+        'doc': 'start a new bag after this many seconds; 0 disables', 'range': (0.0, 1e7)})
     flush_period_s: float = field(default=1.0, metadata={
         'doc': 'seconds between flushes to disk: what a killed recorder can lose at most',
-        'range': (0.05, 60.0), 'read_only': True})
+        'range': (0.05, 60.0)})
     image_queue_size: int = field(default=64, metadata={
         'doc': 'images waiting for the disk before new ones are dropped (and counted)',
-        'range': (1, 100000), 'read_only': True})
+        'range': (1, 100000)})
     queue_size: int = field(default=5000, metadata={
         'doc': 'other messages waiting for the disk before new ones are dropped (and counted)',
-        'range': (1, 10000000), 'read_only': True})
+        'range': (1, 10000000)})
     start_recording: bool = field(default=True, metadata={
-        'doc': 'record from start-up; false waits for the ~/start service', 'read_only': True})
+        'doc': 'record from start-up; false waits for the ~/start service'})
     discovery_period_s: float = field(default=0.5, metadata={
-        'doc': 'how often topics without a publisher yet are looked up', 'range': (0.05, 10.0),
-        'read_only': True})
+        'doc': 'how often topics without a publisher yet are looked up', 'range': (0.05, 10.0)})
 
     def __post_init__(self) -> None:
         names = [t for t in self.topics if t] + [c for c in self.cameras if c]

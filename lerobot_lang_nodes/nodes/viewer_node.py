@@ -34,36 +34,30 @@ class ViewerConfig:
     """Parameters of the viewer node."""
 
     cameras: tuple[str, ...] = field(default=('front', 'wrist'), metadata={
-        'doc': 'camera names, composed left to right', 'read_only': True})
+        'doc': 'camera names, composed left to right'})
     image_topic_pattern: str = field(default='cameras/{name}/image_raw', metadata={
-        'doc': 'image topic per camera; {name} is replaced by the camera name',
-        'read_only': True})
+        'doc': 'image topic per camera; {name} is replaced by the camera name'})
     bind_address: str = field(default='127.0.0.1', metadata={
-        'doc': 'address the live view binds; 0.0.0.0 exposes it to the network',
-        'read_only': True})
+        'doc': 'address the live view binds; 0.0.0.0 exposes it to the network'})
     port: int = field(default=8010, metadata={
-        'doc': 'live view TCP port (0 picks a free one, logged at start)', 'range': (0, 65535),
-        'read_only': True})
+        'doc': 'live view TCP port (0 picks a free one, logged at start)', 'range': (0, 65535)})
     port_attempts: int = field(default=20, metadata={
         'doc': 'when port is taken, try the next port_attempts - 1 ports (the one used is '
-               'logged); 1 fails at once', 'range': (1, 1000), 'read_only': True})
+               'logged); 1 fails at once', 'range': (1, 1000)})
     fps: float = field(default=10.0, metadata={
-        'doc': 'composition rate in Hz (wall clock)', 'range': (0.1, 60.0), 'read_only': True})
+        'doc': 'composition rate in Hz (wall clock)', 'range': (0.1, 60.0)})
     view_height: int = field(default=0, metadata={
-        'doc': 'height views are resized to; 0 keeps the tallest camera', 'range': (0, 4096),
-        'read_only': True})
+        'doc': 'height views are resized to; 0 keeps the tallest camera', 'range': (0, 4096)})
     jpeg_quality: int = field(default=80, metadata={
-        'doc': 'JPEG quality of the stream', 'range': (1, 95), 'read_only': True})
+        'doc': 'JPEG quality of the stream', 'range': (1, 95)})
     latest_png_path: str = field(default='', metadata={
-        'doc': 'rolling PNG of the composed view, written atomically; empty disables',
-        'read_only': True})
+        'doc': 'rolling PNG of the composed view, written atomically; empty disables'})
     latest_png_every_n: int = field(default=5, metadata={
-        'doc': 'write latest_png_path every n composed frames', 'range': (1, 10000),
-        'read_only': True})
+        'doc': 'write latest_png_path every n composed frames', 'range': (1, 10000)})
     mp4_path: str = field(default='', metadata={
-        'doc': 'H.264 MP4 recording, finalised on shutdown; empty disables', 'read_only': True})
+        'doc': 'H.264 MP4 recording, finalised on shutdown; empty disables'})
     mp4_fps: float = field(default=0.0, metadata={
-        'doc': 'MP4 frame rate; 0 uses fps', 'range': (0.0, 60.0), 'read_only': True})
+        'doc': 'MP4 frame rate; 0 uses fps', 'range': (0.0, 60.0)})
 
     def __post_init__(self) -> None:
         if not self.cameras:

@@ -104,20 +104,27 @@ def test_chunks_without_flush_revision_keep_the_flush_on_every_revision_rule():
     assert not ex.submit(chunk(1, None, seq=2), 0.0).accepted
 
 
-def test_gate_starts_at_once_after_an_operator_change_and_at_the_refill_for_a_subtask():
+def test_gate_starts_at_once_after_an_operator_change_and_early_for_a_new_subtask():
     gate = InferenceGate(max_hz=20.0)
     full = ExecutorView(acting=True, needs_refill=False, revision=2, flush_revision=1)
     gate.started(0.0, 2, 1)
     gate.published(1, 0.01)
-    # The planner's next subtask (rev 3, flush 1): the queue keeps running until the refill.
-    assert not gate.should_start(0.1, full, 3, 1)
+    # The same subtask with a full queue: wait for the refill edge and the ack.
+    assert not gate.should_start(0.1, full, 2, 1)
+    # The planner's next subtask (rev 3, flush 1): no flush, but the next chunk starts now,
+    # within max_hz, even though the queue is full and chunk 1 is not acknowledged yet.
+    assert not gate.should_start(0.03, full, 3, 1)  # 30 ms after the last start: too soon
+    assert gate.should_start(0.1, full, 3, 1)
+    gate.started(0.1, 3, 1)
+    gate.published(2, 0.12)
+    assert not gate.should_start(0.3, full, 3, 1)  # that subtask has its chunk now
     refill = ExecutorView(acting=True, needs_refill=True, revision=3, flush_revision=1)
-    gate.acknowledged(1)
-    assert gate.should_start(0.2, refill, 3, 1)
+    gate.acknowledged(2)
+    assert gate.should_start(0.4, refill, 3, 1)
     # An operator change (flush 4): at once, without the refill edge or the pending ack.
-    gate.started(0.2, 3, 1)
-    gate.published(2, 0.21)
-    assert gate.should_start(0.22, full, 4, 4)
+    gate.started(0.4, 3, 1)
+    gate.published(3, 0.41)
+    assert gate.should_start(0.42, full, 4, 4)
 
 
 # --- property: the guarantee across random interleavings -------------------------------------

@@ -27,6 +27,13 @@ def test_unknown_parameter_is_an_error_naming_the_known_ones():
     assert 'chunks_per_regen' in text  # the known parameters are listed
 
 
+def test_the_policy_refuses_a_control_rate_and_says_who_owns_it():
+    out = _run('lerobot_lang_nodes.nodes.policy_node', ctrl_hz=50.0)
+    assert out.returncode == 2, out.stdout + out.stderr
+    text = out.stdout + out.stderr
+    assert "unknown parameter(s) ['ctrl_hz']" in text and 'runtime_status' in text
+
+
 def test_unknown_backend_lists_the_registered_ones():
     out = _run('lerobot_lang_nodes.nodes.policy_node', backend='smolvla_typo')
     assert out.returncode == 2

@@ -88,7 +88,7 @@ def test_sim_runs_a_lerobot_policy_and_a_vlm_planner_from_the_command_line(tmp_p
     from lerobot_lang_nodes.testing import stop_popen
     from lerobot_lang_nodes.tiny_models import policies, vlm
 
-    act = policies.build_tiny_act(tmp_path / 'act', chunk_size=15)
+    act = policies.build_tiny_act(tmp_path / 'act', chunk_size=30)  # 1 s of actions
     planner_model = vlm.build_trained_vlm(tmp_path / 'vlm', vlm.scene_planner_examples(),
                                           steps=300)
     first_subtask = vlm.scene_steps('red')[0]
@@ -114,7 +114,7 @@ def test_sim_runs_a_lerobot_policy_and_a_vlm_planner_from_the_command_line(tmp_p
         assert ctx.task == bringup.DEFAULT_SIM_TASK
         chunk = chunks.wait_for(lambda c: c.backend == 'lerobot', timeout_s=120.0,
                                 what='a chunk from the lerobot policy')
-        assert chunk.horizon == 15 and list(chunk.action_names) == list(policies.JOINT_NAMES)
+        assert chunk.horizon == 30 and list(chunk.action_names) == list(policies.JOINT_NAMES)
         st = status.wait_for(lambda s: s.dispatched >= 30, timeout_s=120.0,
                              what='the lerobot chunks dispatched by sim_bridge')
         assert st.rejected_invalid == 0, st.last_reject_reason

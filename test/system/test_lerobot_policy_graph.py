@@ -23,7 +23,10 @@ require_ml('torch', 'lerobot')
 from lerobot_lang_nodes.tiny_models.policies import build_tiny_act  # noqa: E402
 
 pytestmark = pytest.mark.slow
-CHUNK = 10
+# One second of actions: a chunk is executed from its observation's time, so it must outlast
+# the inference latency of torch on two loaded cores (a 10-action chunk, 0.33 s, expired
+# before it arrived on a busy CI machine, every time).
+CHUNK = 30
 CTRL_HZ = 30.0
 LOAD_S = 120.0  # several processes importing torch and LeRobot on two loaded cores
 TASK = 'put the red cube in the bowl'
@@ -168,8 +171,8 @@ def test_faults_are_counted_on_diagnostics_and_the_node_keeps_serving(
 
 def test_tiny_diffusion_drives_the_simulator(launch_node, probe, tmp_path) -> None:
     from lerobot_lang_nodes.tiny_models.policies import build_tiny_diffusion
-    # The U-Net halves the horizon twice: 12 covers n_obs_steps (2) - 1 + the 10-action chunk.
-    ckpt = build_tiny_diffusion(tmp_path / 'diffusion', horizon=12, n_action_steps=CHUNK)
+    # The U-Net halves the horizon twice: 32 covers n_obs_steps (2) - 1 + the 30-action chunk.
+    ckpt = build_tiny_diffusion(tmp_path / 'diffusion', horizon=32, n_action_steps=CHUNK)
     params = graph.default_params_file('sim')
     sim = launch_node('lerobot_lang_nodes.nodes.sim_bridge_node',
                       *graph.ros_args(graph.SIM[0], params)[1:])

@@ -44,7 +44,7 @@ CAMERAS = ('front', 'wrist')
 IDS = range(1, 7)
 WAIT_S = 30.0  # five node processes starting on two loaded cores
 POLICY_WAIT_S = 120.0  # the policy process imports torch and LeRobot and loads the checkpoint
-CHUNK = 10
+CHUNK = 30  # 1 s: outlasts torch inference on two loaded cores
 
 
 @pytest.fixture(scope='module')

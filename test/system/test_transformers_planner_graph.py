@@ -1,8 +1,8 @@
 """The planner node with backend `transformers` over DDS: a tiny Idefics3 trained in a fixture.
 
 Every answer goes save_pretrained -> from_pretrained (a directory) -> chat template -> generate
-in the node's own process. The test drives chunk boundaries by publishing ActionChunk messages,
-as a policy would.
+in the node's own process. The test drives chunk boundaries by publishing refill edges on
+runtime_status, as an executor would.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from sensor_msgs.msg import Image
 from std_msgs.msg import String
 
 from lerobot_lang_msgs.action import RunTask
-from lerobot_lang_msgs.msg import ActionChunk, LanguageContext
+from lerobot_lang_msgs.msg import LanguageContext, RuntimeStatus
 from lerobot_lang_msgs.srv import AskVqa
 from lerobot_lang_nodes.nodes import qos
 
@@ -82,8 +82,14 @@ def test_subtasks_memory_replanning_and_speech(launch_node, probe, scene):
     proc = start_planner(launch_node, probe, model, prompts_file)
     wait_status(diag, ready, 'the model loaded')
     task = probe.publisher(String, 'task', qos.LATCHED, wait_subscribers=1)
-    chunk = probe.publisher(ActionChunk, 'action_chunk', qos.COMMAND, wait_subscribers=1)
+    status = probe.publisher(RuntimeStatus, 'runtime_status', qos.STATUS, wait_subscribers=1)
     inter = probe.publisher(String, 'interjection', qos.COMMAND, wait_subscribers=1)
+
+    def refill_edge() -> None:
+        """The executor asking for its next chunk: the planner's chunk boundary."""
+        for needs_refill in (False, True):
+            status.publish(RuntimeStatus(mode=RuntimeStatus.MODE_ACTION,
+                                         needs_refill=needs_refill))
 
     def expect(subtask: str, memory: str) -> LanguageContext:
         return ctx.wait_for(lambda m: (m.subtask, m.memory) == (subtask, memory),
@@ -92,7 +98,7 @@ def test_subtasks_memory_replanning_and_speech(launch_node, probe, scene):
     red, blue = vlm.scene_steps('red'), vlm.scene_steps('blue')
     task.publish(String(data=vlm.SCENE_TASK))
     expect(red[0], vlm.FIRST_MEMORY)
-    chunk.publish(ActionChunk())
+    refill_edge()
     expect(red[1], vlm.scene_memory(red[0]))
     inter.publish(String(data=vlm.SCENE_INTERJECTION))
     assert plan.wait_for(lambda m: m.data, timeout_s=30.0).data == 'put the blue cube in the bowl'
@@ -100,7 +106,7 @@ def test_subtasks_memory_replanning_and_speech(launch_node, probe, scene):
     replanned = expect(blue[0], vlm.scene_memory(red[1]))
     assert replanned.plan == 'put the blue cube in the bowl'
     for done, step in zip(blue, blue[1:]):
-        chunk.publish(ActionChunk())
+        refill_edge()
         expect(step, vlm.scene_memory(done))
     sequence = []
     for m in ctx.snapshot():
@@ -108,7 +114,7 @@ def test_subtasks_memory_replanning_and_speech(launch_node, probe, scene):
             sequence.append(m.subtask)
     assert sequence == red[:2] + blue
     # The last step repeats (a repeat, not a change): counted, the context stays.
-    chunk.publish(ActionChunk())
+    refill_edge()
     status = wait_status(diag, lambda s, v: v.get('repeats') == '1', 'a counted repeat')
     values = values_of(status)
     assert values['last_raw.subtask'] == blue[-1]

@@ -6,6 +6,7 @@ images, and returns H-step joint-position chunks in radians for the active instr
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -19,10 +20,9 @@ class ScriptedSimExpert:
         from lerobot_lang_nodes.sim.scene import JOINT_NAMES, SceneConfig, build_model
         self.action_names = tuple(JOINT_NAMES)
         horizon = int(getattr(cfg, 'chunk_horizon', 15))
-        ctrl_hz = float(getattr(cfg, 'ctrl_hz', 30.0))
         # The IK model only: no renderer, and its own MjData so the simulator is untouched.
-        self._expert = ScriptedExpert(build_model(SceneConfig()),
-                                      ExpertConfig(horizon=horizon, ctrl_hz=ctrl_hz))
+        # Its rate follows the executor's control period, given with each observation.
+        self._expert = ScriptedExpert(build_model(SceneConfig()), ExpertConfig(horizon=horizon))
 
     def infer(self, observation: dict[str, Any]) -> np.ndarray:
         """(H, 6) joint targets for observation['instruction']."""
@@ -37,4 +37,7 @@ class ScriptedSimExpert:
         except ValueError as exc:
             raise RuntimeError(f'joint_states lacks a joint of {list(self.action_names)}: '
                                f'got {names}') from exc
+        period = observation.get('control_period_s')
+        if period and abs(period * self._expert.config.ctrl_hz - 1.0) > 1e-9:
+            self._expert.config = replace(self._expert.config, ctrl_hz=1.0 / period)
         return self._expert.act(observation['instruction'], q, truth)

@@ -1,0 +1,216 @@
+"""Time per task through the sim graph against the scripted expert alone, side by side.
+
+Usage: python bench/task_time.py [--episodes 10] [--config NAME:NODE.PARAM=VALUE,...]
+
+For each layout seed (the graph's reset k uses seed 1000 k, and so does the expert's scene) the
+same "put the <colour> cube in the bowl" task is timed in sim seconds, from the task to the
+moment the cube lies in the bowl (the simulator's ground truth, checked the same way for both):
+
+* expert: the scripted expert alone (`sim/episode.py`), no ROS, checking its subtask on every
+  control tick: the floor the graph is measured against;
+* one row per graph configuration: sim_bridge, planner and policy in their own processes over
+  DDS (scripted backends), configured from config/sim.yaml plus the configuration's overrides.
+  Default configurations: `current` (the shipped parameters) and `before` (the rules before
+  the control-loop issue: every subtask change flushes the queue, the planner regenerates
+  after a chunk is published, at 1 Hz).
+
+Writes bench/reports/task_time.{json,md}: per configuration the median task time, its ratio to
+the expert's on the same episodes, successes, starved ticks and stale discards.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import signal
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from sim_graph import REPORT_DIR, parse_override, start_nodes, write_params  # noqa: E402
+
+from lerobot_lang_nodes import dds  # noqa: E402
+
+COLOURS = ('red', 'green', 'blue')
+DEFAULT_CONFIGS = [
+    'current:',
+    'before:planner.regen_on=chunk,planner.subtask_change_flushes=true,'
+    'planner.high_level_hz=1.0',
+]
+
+
+def episode_plan(n: int) -> list[tuple[int, str]]:
+    """(layout seed, task) of episode k = 1..n: the graph's k-th reset uses seed 1000 k."""
+    return [(1000 * k, f'put the {COLOURS[(k - 1) % 3]} cube in the bowl')
+            for k in range(1, n + 1)]
+
+
+def expert_times(plan: list[tuple[int, str]], max_sim_s: float) -> list[float | None]:
+    from lerobot_lang_nodes.sim.episode import run_episode
+    from lerobot_lang_nodes.sim.scene import So101Scene
+    out: list[float | None] = []
+    scene = So101Scene(seed=plan[0][0], cameras=())
+    try:
+        for seed, task in plan:
+            scene.reset(seed)
+            result = run_episode(scene, task, max_sim_s=max_sim_s)
+            out.append(round(result.sim_time, 3) if result.success else None)
+    finally:
+        scene.close()
+    return out
+
+
+def parse_config(text: str) -> tuple[str, list[tuple[str, str, Any]]]:
+    name, _, rest = text.partition(':')
+    if not name:
+        raise argparse.ArgumentTypeError(f'expected NAME:NODE.PARAM=VALUE,..., got {text!r}')
+    return name, [parse_override(part) for part in rest.split(',') if part.strip()]
+
+
+def graph_times(name: str, overrides: list, plan: list[tuple[int, str]], max_sim_s: float,
+                env: dict[str, str]) -> dict[str, Any]:
+    """Run the plan's episodes on one graph; times in sim seconds, None when not done."""
+    from std_msgs.msg import String
+    from std_srvs.srv import Trigger
+
+    from lerobot_lang_msgs.msg import RuntimeStatus
+    from lerobot_lang_nodes.nodes import qos
+    from lerobot_lang_nodes.sim.tasks import check_success, parse_task
+    from lerobot_lang_nodes.testing import RosProbe
+
+    tmp = Path(tempfile.mkdtemp(prefix=f'task_time_{name}_'))
+    params_file, _ = write_params(tmp, tmp / 'dispatch.jsonl', viewer=False, target_rtf=None,
+                                  overrides=overrides)
+    procs = start_nodes(params_file, tmp, env, viewer=False)
+    probe = RosProbe(f'task_time_{name}')
+    times: list[float | None] = []
+    starved = stale = 0
+    try:
+        truth = probe.subscribe(String, 'sim/ground_truth', qos.LATCHED)
+        status = probe.subscribe(RuntimeStatus, 'runtime_status', qos.STATUS)
+        for node in procs:
+            probe.wait_for_node(node, timeout_s=90.0, processes=list(procs.values()))
+        task_pub = probe.publisher(String, 'task', qos.LATCHED)
+        for seed, task in plan:
+            reply = probe.call(Trigger, 'sim/reset', Trigger.Request(), timeout_s=60.0)
+            if not reply.success:
+                raise RuntimeError(f'sim/reset failed: {reply.message}')
+            since = len(truth)
+            first = truth.wait_for(lambda m: json.loads(m.data)['seed'] == seed, timeout_s=30.0,
+                                   since=since, what=f'the scene with seed {seed}')
+            st0 = status.wait_for(timeout_s=10.0, since=len(status), what='a status')
+            since = len(truth)
+            t0 = json.loads(first.data)['sim_time']
+            task_pub.publish(String(data=task))
+            spec = parse_task(task)
+
+            def done(msg, spec=spec) -> bool:
+                gt = json.loads(msg.data)
+                return gt['sim_time'] - t0 > max_sim_s or check_success(spec, gt)
+
+            end = json.loads(truth.wait_for(done, timeout_s=max_sim_s * 6 + 60.0, since=since,
+                                            what=f'{task!r} done').data)
+            times.append(round(end['sim_time'] - t0, 3) if check_success(spec, end) else None)
+            st1 = status.last
+            starved += st1.starved_ticks - st0.starved_ticks
+            stale += st1.discarded_stale - st0.discarded_stale
+            print(f'  {name}: seed {seed} {task!r}: {times[-1]} s', flush=True)
+    finally:
+        probe.close()
+        for proc in reversed(list(procs.values())):
+            proc.stop()
+    return {'times_s': times, 'starved_ticks': int(starved), 'stale_discards': int(stale),
+            'overrides': [f'{n}.{k}={v!r}' for n, k, v in overrides]}
+
+
+def median(values: list[float | None]) -> float | None:
+    done = [v for v in values if v is not None]
+    return round(statistics.median(done), 3) if done else None
+
+
+def summarise(expert: list[float | None], graphs: dict[str, dict]) -> dict[str, Any]:
+    rows = {'expert': {'median_s': median(expert), 'successes': sum(v is not None for v in expert),
+                       'ratio_to_expert': 1.0}}
+    for name, g in graphs.items():
+        pairs = [(t, e) for t, e in zip(g['times_s'], expert) if t is not None and e]
+        ratio = (round(statistics.median([t for t, _ in pairs])
+                       / statistics.median([e for _, e in pairs]), 3) if pairs else None)
+        rows[name] = {'median_s': median(g['times_s']),
+                      'successes': sum(v is not None for v in g['times_s']),
+                      'ratio_to_expert': ratio,
+                      'median_episode_ratio': round(statistics.median(
+                          [t / e for t, e in pairs]), 3) if pairs else None,
+                      'starved_ticks': g['starved_ticks'], 'stale_discards': g['stale_discards'],
+                      'overrides': g['overrides']}
+    return rows
+
+
+def markdown(report: dict[str, Any]) -> str:
+    run = report['run']
+    lines = ['# Time per task: the sim graph against the scripted expert alone', '',
+             f"{run['episodes']} episodes (layout seeds 1000..{1000 * run['episodes']}, tasks "
+             f"cycling red / green / blue into the bowl), sim seconds from the task to the cube "
+             f"in the bowl; measured {run['date']} on {run['machine']} in one run.", '',
+             '| configuration | median task time (s) | ratio to expert (medians, same '
+             'episodes) | median per-episode ratio | successes | starved ticks | stale '
+             'discards |', '|---|---|---|---|---|---|---|']
+    for name, r in report['summary'].items():
+        lines.append(f"| {name} | {r['median_s']} | {r['ratio_to_expert']} | "
+                     f"{r.get('median_episode_ratio', '-')} | {r['successes']}/{run['episodes']}"
+                     f" | {r.get('starved_ticks', '-')} | {r.get('stale_discards', '-')} |")
+    lines += ['', 'Overrides of config/sim.yaml per configuration:', '']
+    for name, r in report['summary'].items():
+        if name != 'expert':
+            lines.append(f"- `{name}`: {', '.join(r['overrides']) or 'none (shipped defaults)'}")
+    return '\n'.join(lines) + '\n'
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument('--episodes', type=int, default=10)
+    parser.add_argument('--max-sim-s', type=float, default=30.0,
+                        help='an episode not done after this many sim seconds counts as failed')
+    parser.add_argument('--config', type=parse_config, action='append', default=None,
+                        metavar='NAME:NODE.PARAM=VALUE,...',
+                        help='a graph configuration to time (repeatable); default: current '
+                             'and before')
+    parser.add_argument('--out', type=Path, default=REPORT_DIR)
+    parser.add_argument('--name', default='task_time')
+    args = parser.parse_args(argv)
+    configs = args.config or [parse_config(c) for c in DEFAULT_CONFIGS]
+    plan = episode_plan(args.episodes)
+    from domain_coordinator import domain_id
+    with domain_id() as domain:
+        env = dds.ros_environment(domain_id=domain)
+        env['ROS_AUTOMATIC_DISCOVERY_RANGE'] = 'LOCALHOST'
+        env['MUJOCO_GL'] = 'egl'
+        env.setdefault('AMENT_PREFIX_PATH', sys.prefix)
+        os.environ.update(env)
+        signal.signal(signal.SIGTERM, signal.default_int_handler)
+        started = time.monotonic()
+        expert = expert_times(plan, args.max_sim_s)
+        print(f'expert: {expert}', flush=True)
+        graphs = {name: graph_times(name, overrides, plan, args.max_sim_s, dict(os.environ))
+                  for name, overrides in configs}
+    report = {'run': {'episodes': args.episodes, 'date': time.strftime('%Y-%m-%d'),
+                      'machine': f'{platform.machine()}, {os.cpu_count()} cores',
+                      'wall_s': round(time.monotonic() - started, 1)},
+              'expert_times_s': expert, 'graphs': graphs,
+              'summary': summarise(expert, graphs)}
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / f'{args.name}.json').write_text(json.dumps(report, indent=2) + '\n')
+    text = markdown(report)
+    (args.out / f'{args.name}.md').write_text(text)
+    sys.stdout.write(text)
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())

@@ -1,0 +1,78 @@
+"""One owner of the control rate: the executor announces its period and the policy follows it.
+
+sim_bridge runs at 50 Hz (not the 30 Hz default) and the scripted policy is given no rate at
+all: its chunks must carry the executor's period and be accepted, while a chunk computed for
+another rate (a policy configured on its own) is refused with a reason.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from std_msgs.msg import String
+
+from lerobot_lang_msgs.msg import ActionChunk, RuntimeStatus
+from lerobot_lang_nodes import graph
+from lerobot_lang_nodes.nodes import convert, qos
+from lerobot_lang_nodes.so101.calibration import JOINT_NAMES
+
+pytestmark = pytest.mark.slow
+HZ = 50.0
+TASK = 'put the red cube in the bowl'
+
+
+def test_the_policy_computes_chunks_for_the_executors_rate(launch_node, probe) -> None:
+    params = graph.default_params_file('sim')
+    sim = launch_node('lerobot_lang_nodes.nodes.sim_bridge_node',
+                      *graph.ros_args(graph.SIM[0], params)[1:], '-p', f'ctrl_hz:={HZ}')
+    policy = launch_node('lerobot_lang_nodes.nodes.policy_node', '-r', '__node:=policy',
+                         '--params-file', str(params), '-p', 'condition_on:=task')
+    chunks = probe.subscribe(ActionChunk, 'action_chunk', qos.COMMAND)
+    status = probe.subscribe(RuntimeStatus, 'runtime_status', qos.STATUS)
+    for name in ('sim_bridge', 'policy'):
+        probe.wait_for_node(name, timeout_s=60.0, processes=[sim, policy])
+    first_status = status.wait_for(timeout_s=30.0, what='a runtime_status')
+    assert first_status.control_period_s == pytest.approx(1.0 / HZ)
+    probe.publisher(String, 'task', qos.LATCHED).publish(String(data=TASK))
+    first = chunks.wait_for(timeout_s=60.0, what='a chunk from the scripted policy')
+    assert first.control_period_s == pytest.approx(1.0 / HZ)
+    st = status.wait_for(lambda s: s.last_accepted_sequence >= 3 and s.dispatched >= 30,
+                         timeout_s=60.0, what='three chunks accepted and dispatched')
+    assert st.rejected_invalid == 0, st.last_reject_reason
+
+    # A chunk made for 30 Hz would play 1.7x too fast here: refused, with the reason.
+    rogue = probe.publisher(ActionChunk, 'action_chunk', qos.COMMAND, wait_subscribers=1)
+    values = np.tile(np.zeros(len(JOINT_NAMES)), (10, 1))
+    rogue.publish(convert.chunk_to_msg(values, tuple(JOINT_NAMES), revision=st.context_revision,
+                                       sequence=10_000, stamp_s=st.header.stamp.sec
+                                       + st.header.stamp.nanosec * 1e-9,
+                                       period_s=1.0 / 30.0, instruction=TASK, backend='rogue'))
+    refused = status.wait_for(lambda s: s.rejected_invalid >= 1, timeout_s=30.0,
+                              since=len(status), what='the 30 Hz chunk refused')
+    assert 'control period' in refused.last_reject_reason
+    assert '0.02 s' in refused.last_reject_reason
+    assert sim.alive and policy.alive
+
+
+def _set_parameter(probe, node: str, name: str, value: float):
+    from rcl_interfaces.msg import Parameter, ParameterType, ParameterValue
+    from rcl_interfaces.srv import GetParameters, SetParameters
+    req = SetParameters.Request(parameters=[Parameter(name=name, value=ParameterValue(
+        type=ParameterType.PARAMETER_DOUBLE, double_value=value))])
+    (result,) = probe.call(SetParameters, f'/{node}/set_parameters', req, timeout_s=20.0).results
+    got = probe.call(GetParameters, f'/{node}/get_parameters',
+                     GetParameters.Request(names=[name]), timeout_s=20.0).values[0]
+    return result, got.double_value
+
+
+def test_ros2_param_set_is_refused_where_the_node_would_not_apply_it(launch_node, probe):
+    # What `ros2 param set /sim_bridge max_relative_target_rad 3.0` does: before, it
+    # succeeded and the loop went on with the old limit.
+    params = graph.default_params_file('sim')
+    sim = launch_node('lerobot_lang_nodes.nodes.sim_bridge_node',
+                      *graph.ros_args(graph.SIM[0], params)[1:])
+    probe.wait_for_node('sim_bridge', timeout_s=60.0, processes=[sim])
+    result, value = _set_parameter(probe, 'sim_bridge', 'max_relative_target_rad', 3.0)
+    assert not result.successful and 'read-only' in result.reason
+    assert value == pytest.approx(0.35)  # config/sim.yaml's, unchanged
+    assert sim.alive
