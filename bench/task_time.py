@@ -93,7 +93,9 @@ def graph_times(name: str, overrides: list, plan: list[tuple[int, str]], max_sim
     times: list[float | None] = []
     starved = stale = 0
     try:
+        from rosgraph_msgs.msg import Clock
         truth = probe.subscribe(String, 'sim/ground_truth', qos.LATCHED)
+        clock = probe.subscribe(Clock, '/clock', qos.CLOCK)
         status = probe.subscribe(RuntimeStatus, 'runtime_status', qos.STATUS)
         for node in procs:
             probe.wait_for_node(node, timeout_s=90.0, processes=list(procs.values()))
@@ -103,11 +105,12 @@ def graph_times(name: str, overrides: list, plan: list[tuple[int, str]], max_sim
             if not reply.success:
                 raise RuntimeError(f'sim/reset failed: {reply.message}')
             since = len(truth)
-            first = truth.wait_for(lambda m: json.loads(m.data)['seed'] == seed, timeout_s=30.0,
-                                   since=since, what=f'the scene with seed {seed}')
+            truth.wait_for(lambda m: json.loads(m.data)['seed'] == seed, timeout_s=30.0,
+                           since=since, what=f'the scene with seed {seed}')
             st0 = status.wait_for(timeout_s=10.0, since=len(status), what='a status')
             since = len(truth)
-            t0 = json.loads(first.data)['sim_time']
+            now = clock.wait_for(timeout_s=10.0, since=len(clock), what='/clock').clock
+            t0 = now.sec + now.nanosec * 1e-9  # the sim time the task is sent at
             task_pub.publish(String(data=task))
             spec = parse_task(task)
 
