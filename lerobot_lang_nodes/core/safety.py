@@ -104,3 +104,23 @@ class SafetyLimits:
               present: Sequence[float] | np.ndarray) -> np.ndarray:
         """Clamp ``goal`` given the ``present`` position (see clamp_goal)."""
         return clamp_goal(goal, present, self.lower, self.upper, self.max_relative)
+
+
+def limit_change_problem(name: str, old: float, new: float, paused: bool) -> str:
+    """'' when a safety bound may change from ``old`` to ``new`` now, else why it may not.
+
+    The bounds this judges are sizes (a step, a time): smaller is stricter and 0 disables the
+    bound, the loosest value of all. Tightening is always allowed; loosening only while the
+    robot is paused, so that no motion in progress is suddenly allowed more than it was when
+    it started.
+    """
+    if not (isinstance(new, (int, float)) and math.isfinite(new) and new >= 0):
+        return f'{name} must be a finite number >= 0 (0 disables), got {new!r}'
+
+    def size(v: float) -> float:
+        return math.inf if v == 0 else float(v)
+
+    if size(new) > size(old) and not paused:
+        return (f'{name} {old:g} -> {new:g} loosens a safety limit while the robot acts: '
+                'pause it first (the pause service), then set the parameter')
+    return ''

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
 from lerobot_lang_msgs.msg import ActionChunk
 from lerobot_lang_nodes.core.errors import InvalidChunk
-from lerobot_lang_nodes.core.executor import ChunkExecutor, ExecutorConfig
+from lerobot_lang_nodes.core.executor import MODE_PAUSED, ChunkExecutor, ExecutorConfig
+from lerobot_lang_nodes.core.safety import limit_change_problem
 from lerobot_lang_nodes.nodes import convert
 
 
@@ -19,8 +20,9 @@ class ExecutionParams:
 
     max_relative_target_rad: float = field(default=0.35, metadata={
         'doc': 'Clamp every goal to within this of the freshly read present joint position '
-               '(rad); 0 disables. The simulator applies the same rule as the driver.',
-        'range': (0.0, 10.0)})
+               '(rad); 0 disables. The simulator applies the same rule as the driver. '
+               'Settable at run time: tightened at any time, loosened only while paused.',
+        'range': (0.0, 10.0), 'runtime': True})
     reject_margin_rad: float = field(default=0.5, metadata={
         'doc': 'Chunks with values further than this outside the joint limits are rejected '
                'as invalid (degrees sent as radians, garbage); values inside the margin are '
@@ -62,3 +64,19 @@ def submit_chunk_msg(node: Any, executor: ChunkExecutor, msg: ActionChunk, now_s
         return
     # The executor logs each refusal itself (one line, throttled) and counts it in its status.
     executor.submit(chunk, now_s)
+
+
+def change_limits(node: Any, changes: dict) -> str:
+    """`ros2 param set` on safety bounds: '' and ``node.cfg`` updated, or why not.
+
+    Tightening is applied at any time, loosening only while the node's executor is paused.
+    The caller then swaps in the objects built from the new ``node.cfg``.
+    """
+    paused = node.chunk_executor.mode == MODE_PAUSED
+    for name, value in changes.items():
+        problem = limit_change_problem(name, getattr(node.cfg, name), value, paused)
+        if problem:
+            return problem
+    node.cfg = replace(node.cfg, **{k: float(v) for k, v in changes.items()})
+    node.get_logger().info(f'safety limits changed at run time: {changes}')
+    return ''

@@ -16,7 +16,7 @@ import typing
 from typing import Any, TypeVar
 
 from rcl_interfaces.msg import (FloatingPointRange, IntegerRange, ParameterDescriptor,
-                                ParameterType)
+                                ParameterType, SetParametersResult)
 
 C = TypeVar('C')
 
@@ -133,3 +133,20 @@ def reject_unknown_parameters(node: Any) -> None:
         raise ParameterError(f'unknown parameter(s) {unknown} for node {node.get_name()!r}; '
                              f'known parameters: {known}. Fix the name in the YAML or the '
                              f'--ros-args -p option.{moved}')
+
+
+def watch_runtime_parameters(node: Any, cls: type, apply: Any) -> None:
+    """Route `ros2 param set` on the ``runtime`` fields of ``cls`` to ``apply``.
+
+    ``apply(changes: dict[name, value]) -> str`` applies every change or none and returns ''
+    or the reason for refusing (sent back to the caller). rclpy has already checked type and
+    range; every other field is read-only. Register after ``declare_config``.
+    """
+    names = {f.name for f in dataclasses.fields(cls) if f.metadata.get('runtime')}
+
+    def on_set(params: list) -> SetParametersResult:
+        changes = {p.name: p.value for p in params if p.name in names}
+        reason = apply(changes) if changes else ''
+        return SetParametersResult(successful=not reason, reason=reason or '')
+
+    node.add_on_set_parameters_callback(on_set)

@@ -26,8 +26,10 @@ from lerobot_lang_msgs.msg import ActionChunk, LanguageContext, RuntimeStatus, T
 from lerobot_lang_nodes.core.safety import SafetyLimits
 from lerobot_lang_nodes.nodes import convert, qos, runner
 from lerobot_lang_nodes.nodes.diagnostics import DiagnosticsPublisher
-from lerobot_lang_nodes.nodes.execution import ExecutionParams, make_executor, submit_chunk_msg
-from lerobot_lang_nodes.nodes.params import declare_config, reject_unknown_parameters
+from lerobot_lang_nodes.nodes.execution import (ExecutionParams, change_limits, make_executor,
+                                                submit_chunk_msg)
+from lerobot_lang_nodes.nodes.params import (declare_config, reject_unknown_parameters,
+                                             watch_runtime_parameters)
 from lerobot_lang_nodes.sim import tasks  # text parsing only: no MuJoCo import
 
 # RoboCasa's convention, kept so seeds mean the same across simulators.
@@ -78,6 +80,7 @@ class SimBridgeNode(Node):
         lower, upper = self.scene.joint_limits()
         self.safety = SafetyLimits(lower=lower, upper=upper,
                                    max_relative=self.cfg.max_relative_target_rad or None)
+        watch_runtime_parameters(self, SimBridgeConfig, self._apply_parameters)
         self._dispatch_log = None
         if self.cfg.dispatch_log_path:
             path = Path(self.cfg.dispatch_log_path)
@@ -151,6 +154,16 @@ class SimBridgeNode(Node):
             self._context_revision = int(msg.revision)
             self._goal_text = goal_text
             self._goal = plan_goal or tasks.parse_task(msg.task)
+
+    def _apply_parameters(self, changes: dict) -> str:
+        """`ros2 param set` on a safety limit: tighten any time, loosen only while paused."""
+        problem = change_limits(self, changes)
+        if problem:
+            return problem
+        # One attribute swap: the loop's next tick sees the whole new rule or the old one.
+        self.safety = SafetyLimits(lower=self.safety.lower, upper=self.safety.upper,
+                                   max_relative=self.cfg.max_relative_target_rad or None)
+        return ''
 
     def _on_pause(self, _req, response: Trigger.Response) -> Trigger.Response:
         self.chunk_executor.pause(self.scene.sim_time)

@@ -35,8 +35,10 @@ from lerobot_lang_msgs.msg import ActionChunk, LanguageContext, RuntimeStatus
 from lerobot_lang_nodes.core.control_loop import Cadence
 from lerobot_lang_nodes.core.executor import ChunkExecutor
 from lerobot_lang_nodes.nodes import convert, qos, runner
-from lerobot_lang_nodes.nodes.execution import ExecutionParams, make_executor, submit_chunk_msg
+from lerobot_lang_nodes.nodes.execution import (ExecutionParams, change_limits, make_executor,
+                                                submit_chunk_msg)
 from lerobot_lang_nodes.nodes.params import (declare_config, ParameterError,
+                                             watch_runtime_parameters,
                                              reject_unknown_parameters)
 from lerobot_lang_nodes.so101 import protocol
 from lerobot_lang_nodes.so101.calibration import JOINT_NAMES, load_calibration
@@ -74,7 +76,9 @@ class So101DriverConfig(ExecutionParams):
                    f'{list(JOINT_NAMES)}; 0 entries use the global value.'})
     command_timeout_s: float = field(default=0.5, metadata={
         'doc': 'Watchdog: in action mode without a valid action for this long, the goal is '
-               'set to the present position (0 disables).', 'range': (0.0, 60.0)})
+               'set to the present position (0 disables). Settable at run time: shortened at '
+               'any time, lengthened only while paused.', 'range': (0.0, 60.0),
+        'runtime': True})
     start_paused: bool = field(default=True, metadata={
         'doc': 'Start paused (real hardware: call the resume service before anything moves).'})
     aux_every_n: int = field(default=10, metadata={
@@ -136,6 +140,7 @@ class So101DriverNode(LifecycleNode):
         self.publish_errors = 0  # writes DDS refused (each costs one tick of outputs)
 
         self.chunk_executor = self._make_executor()
+        watch_runtime_parameters(self, So101DriverConfig, self._apply_parameters)
         self._joint_pub = self.create_publisher(JointState, 'joint_states', qos.SENSOR)
         self._diag_pub = self.create_publisher(DiagnosticArray, 'diagnostics', qos.STATUS)
         self._status_pub = self.create_publisher(RuntimeStatus, 'runtime_status', qos.STATUS)
@@ -153,6 +158,16 @@ class So101DriverNode(LifecycleNode):
             f'start_paused={cfg.start_paused}')
         if cfg.auto_configure and not self._auto_bring_up():
             self._auto_timer = self.create_timer(cfg.reconnect_period_s, self._auto_bring_up)
+
+    def _apply_parameters(self, changes: dict) -> str:
+        """`ros2 param set` on a safety limit: tighten any time, loosen only while paused."""
+        problem = change_limits(self, changes)
+        if problem:
+            return problem
+        robot = self.robot
+        if robot is not None and 'max_relative_target_rad' in changes:
+            robot.set_max_relative_target(self._max_relative())
+        return ''
 
     # --- construction helpers -------------------------------------------------------------
     def _max_relative(self) -> float | dict[str, float] | None:

@@ -168,14 +168,18 @@ class So101Robot:
         self.last_state: RobotState | None = None
         self.counters = {'limit_clamps': 0, 'relative_clamps': 0, 'refused': 0, 'holds': 0}
         self._cycle = 0
-        lim = config.max_relative_target_rad
-        self._max_step = (None if lim is None else np.array(
+        self.set_max_relative_target(config.max_relative_target_rad)
+
+    def set_max_relative_target(self, lim: float | Mapping[str, float] | None) -> None:
+        """Set the step bound (rad, per joint or for all; None disables) for the next goal."""
+        max_step = (None if lim is None else np.array(
             [lim.get(j, np.inf) if isinstance(lim, Mapping) else lim for j in JOINT_NAMES],
             dtype=float))
         # The same rule as the simulator's: calibrated range, then the step bound around the
-        # present position (which wins, so a joint outside its range is walked back).
+        # present position (which wins, so a joint outside its range is walked back). One
+        # object, swapped whole: a control cycle uses the old rule or the new one.
         self.safety = SafetyLimits(lower=self.units.lower_rad, upper=self.units.upper_rad,
-                                   max_relative=self._max_step)
+                                   max_relative=max_step)
 
     # ---- connection ----------------------------------------------------------------------
 
@@ -413,12 +417,13 @@ class So101Robot:
             self.counters['limit_clamps'] += 1
             logger.debug('joint limits clamped goal %s -> %s', goal, within)
         safe = within
-        if self._max_step is not None:
+        safety = self.safety  # read once: set_max_relative_target may swap it meanwhile
+        if safety.max_relative is not None:
             present = self.units.radians_from_steps(self._fresh_present_steps())
             if self.fault is not None:  # the fresh read may itself have latched a fault
                 self.counters['refused'] += 1
                 raise FaultLatched(f'motion refused: {self.fault.describe()}; call reset()')
-            safe = self.safety.apply(goal, present)
+            safe = safety.apply(goal, present)
             if not np.array_equal(safe, within):
                 self.counters['relative_clamps'] += 1
                 logger.debug('max_relative_target clamped goal %s -> %s', within, safe)

@@ -90,3 +90,20 @@ def test_clamped_goal_respects_bounds(data, dim):
         assert (np.abs(out - present) <= np.asarray(rel) + 1e-12).all()
     assert ((out >= -3.0) & (out <= 3.0)).all()  # present is within limits here
     np.testing.assert_array_equal(out[np.isnan(goal)], present[np.isnan(goal)])
+
+
+@pytest.mark.parametrize('old,new,paused,ok', [
+    (0.35, 0.2, False, True),    # tighter: any time
+    (0.2, 0.35, False, False),   # looser while acting: refused
+    (0.2, 0.35, True, True),     # looser while paused
+    (0.35, 0.0, False, False),   # 0 disables the bound: the loosest of all
+    (0.0, 0.5, False, True),     # enabling a bound tightens it
+    (0.35, -1.0, True, False),   # not a size
+    (0.35, math.inf, True, False),
+])
+def test_limit_change_rule(old, new, paused, ok):
+    from lerobot_lang_nodes.core.safety import limit_change_problem
+    problem = limit_change_problem('max_relative_target_rad', old, new, paused)
+    assert (problem == '') is ok
+    if not ok and new >= 0 and math.isfinite(new):
+        assert 'pause' in problem

@@ -194,7 +194,7 @@ def test_timed_burst_acts_then_pauses_by_itself(arm: Rig) -> None:
     from std_msgs.msg import Float64
     burst = arm.probe.publisher(Float64, 'burst', qos.COMMAND)
     arm.wait(lambda: burst.get_subscription_count() > 0, 'the driver subscribed to burst')
-    burst.publish(Float64(data=1.0))
+    burst.publish(Float64(data=3.0))  # long enough for the move on a loaded host
     arm.wait_status(lambda s: s.mode == 'action', 'the burst switching to action mode')
     before = arm.present()
     arm.send(arm.hold_chunk(0.1, horizon=20))
@@ -394,3 +394,27 @@ def test_emulator_cli_process_driven_through_joint_states(launch_node, probe, tm
     joints.wait_for(lambda m: abs(m.position[0] - target[0]) < 0.01, timeout_s=WAIT_S,
                     what='the emulated servo at the target in joint_states')
     assert emu.alive and drv.alive
+
+
+def test_watchdog_and_step_limits_tighten_at_run_time_and_loosen_only_paused(arm: Rig) -> None:
+    from rcl_interfaces.msg import Parameter, ParameterType, ParameterValue
+    from rcl_interfaces.srv import SetParameters
+
+    def set_double(name: str, value: float):
+        req = SetParameters.Request(parameters=[Parameter(name=name, value=ParameterValue(
+            type=ParameterType.PARAMETER_DOUBLE, double_value=value))])
+        return arm.probe.call(SetParameters, '/so101_driver/set_parameters', req,
+                              timeout_s=WAIT_S).results[0]
+
+    assert arm.call('resume').success
+    assert set_double('command_timeout_s', WATCHDOG_S / 2).successful  # shorter: at once
+    refused = set_double('command_timeout_s', 0.0)  # watchdog off while acting
+    assert not refused.successful and 'pause it first' in refused.reason
+    assert not set_double('max_relative_target_rad', MAX_REL * 2).successful
+    assert arm.call('pause').success
+    try:
+        assert set_double('command_timeout_s', WATCHDOG_S).successful
+        assert set_double('max_relative_target_rad', MAX_REL * 2).successful
+    finally:  # the limits the other tests of this rig expect
+        assert set_double('max_relative_target_rad', MAX_REL).successful
+        assert set_double('command_timeout_s', WATCHDOG_S).successful

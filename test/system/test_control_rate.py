@@ -65,14 +65,25 @@ def _set_parameter(probe, node: str, name: str, value: float):
     return result, got.double_value
 
 
-def test_ros2_param_set_is_refused_where_the_node_would_not_apply_it(launch_node, probe):
-    # What `ros2 param set /sim_bridge max_relative_target_rad 3.0` does: before, it
-    # succeeded and the loop went on with the old limit.
+def test_safety_limits_tighten_at_run_time_and_loosen_only_when_paused(launch_node, probe):
+    # Before, `ros2 param set /sim_bridge max_relative_target_rad 3.0` succeeded and the loop
+    # went on with the old limit.
+    from std_srvs.srv import Trigger
     params = graph.default_params_file('sim')
     sim = launch_node('lerobot_lang_nodes.nodes.sim_bridge_node',
                       *graph.ros_args(graph.SIM[0], params)[1:])
     probe.wait_for_node('sim_bridge', timeout_s=60.0, processes=[sim])
-    result, value = _set_parameter(probe, 'sim_bridge', 'max_relative_target_rad', 3.0)
+    name = 'max_relative_target_rad'
+    result, value = _set_parameter(probe, 'sim_bridge', name, 0.2)  # tighter: at once
+    assert result.successful and value == pytest.approx(0.2)
+    assert 'safety limits changed at run time' in sim.log_text(5000)
+    result, value = _set_parameter(probe, 'sim_bridge', name, 3.0)  # looser while acting
+    assert not result.successful and 'pause it first' in result.reason
+    assert value == pytest.approx(0.2)
+    assert probe.call(Trigger, 'pause', Trigger.Request(), timeout_s=20.0).success
+    result, value = _set_parameter(probe, 'sim_bridge', name, 3.0)
+    assert result.successful and value == pytest.approx(3.0)
+    # Parameters the node reads once are read-only.
+    result, _ = _set_parameter(probe, 'sim_bridge', 'ctrl_hz', 50.0)
     assert not result.successful and 'read-only' in result.reason
-    assert value == pytest.approx(0.35)  # config/sim.yaml's, unchanged
     assert sim.alive
