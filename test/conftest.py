@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from lerobot_lang_nodes import dds
+from lerobot_lang_nodes.recording import scheduling
 from lerobot_lang_nodes.testing import NodeProcess, RosProbe, node_command
 
 _domain_lease = None
@@ -94,7 +95,7 @@ def probe() -> Iterator[RosProbe]:
         p.close()
 
 
-_SCHEDULING = (os.sched_getscheduler(0), os.sched_getparam(0).sched_priority)
+_SCHEDULING = scheduling.current()
 
 
 @pytest.fixture(autouse=True)
@@ -105,7 +106,7 @@ def normal_cpu_scheduling(request: pytest.FixtureRequest) -> Iterator[None]:
     (SVT-AV1 encoding as root does) made every later graph starve the machine.
     """
     yield
-    now = (os.sched_getscheduler(0), os.sched_getparam(0).sched_priority)
+    now = scheduling.current()
     if now != _SCHEDULING:
         os.sched_setscheduler(0, _SCHEDULING[0], os.sched_param(_SCHEDULING[1]))
         pytest.fail(f'{request.node.nodeid} left the test process with CPU scheduling {now} '

@@ -55,7 +55,7 @@ def make_executor(params: ExecutionParams, action_names: tuple[str, ...], ctrl_h
         time_align=params.time_align, start_paused=params.start_paused), **kw)
 
 
-def submit_chunk_msg(node: Any, executor: ChunkExecutor, msg: ActionChunk, now_s: float) -> None:
+def submit_chunk_msg(executor: ChunkExecutor, msg: ActionChunk, now_s: float) -> None:
     """Hand an ActionChunk message to the executor; bad chunks are counted and logged."""
     try:
         chunk = convert.chunk_from_msg(msg)

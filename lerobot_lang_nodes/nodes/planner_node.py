@@ -193,7 +193,6 @@ class PlannerNode(Node):
         self._lock = threading.Lock()
         self._refill_seen = False
         self._last_boundary = float('-inf')
-        self._regen_interval_s = 1.0 / self.cfg.high_level_hz
         self._outcome: TaskOutcome | None = None
         self._published: LanguageSnapshot | None = None
         self._subtask_history: list[str] = []
@@ -303,11 +302,12 @@ class PlannerNode(Node):
         if self.cfg.regen_on != 'refill':
             return
         now = time.monotonic()
+        interval = self.planner.throttle.min_interval_s
         with self._lock:
             rising = msg.needs_refill and not self._refill_seen
             # A queue that stays empty (no chunk arrives) raises no edge: look again at the
             # throttled rate, so the planner still notices a subtask done.
-            stuck = msg.needs_refill and now - self._last_boundary >= self._regen_interval_s
+            stuck = msg.needs_refill and now - self._last_boundary >= interval
             self._refill_seen = bool(msg.needs_refill)
             if rising or stuck:
                 self._last_boundary = now

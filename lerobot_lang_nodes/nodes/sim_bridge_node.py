@@ -136,7 +136,7 @@ class SimBridgeNode(Node):
 
     # --- inputs -------------------------------------------------------------------------
     def _on_chunk(self, msg: ActionChunk) -> None:
-        submit_chunk_msg(self, self.chunk_executor, msg, self.scene.sim_time)
+        submit_chunk_msg(self.chunk_executor, msg, self.scene.sim_time)
 
     def _on_task(self, msg: String) -> None:
         with self._lock:

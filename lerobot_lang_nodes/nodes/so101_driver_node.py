@@ -281,7 +281,7 @@ class So101DriverNode(LifecycleNode):
     def _on_chunk(self, msg: ActionChunk) -> None:
         # While faulted, disconnected or inactive the executor is paused, so submit() counts
         # the chunk as stale ('paused'): motion is refused without a special case here.
-        submit_chunk_msg(self, self.chunk_executor, msg, self._now())
+        submit_chunk_msg(self.chunk_executor, msg, self._now())
 
     def _on_context(self, msg: LanguageContext) -> None:
         self.chunk_executor.set_revision(int(msg.revision), int(msg.flush_revision) or None)

@@ -213,10 +213,11 @@ def test_the_command_line_exports_and_refuses_a_non_empty_folder(exported, tmp_p
 def test_export_leaves_the_calling_threads_scheduling_as_it_was(tmp_path):
     # SVT-AV1 as root turns the encoding thread SCHED_FIFO 99; nodes started afterwards from
     # that thread would inherit it and starve the machine.
-    before = (os.sched_getscheduler(0), os.sched_getparam(0).sched_priority)
+    from lerobot_lang_nodes.recording.scheduling import current
+    before = current()
     bag = standard_session(duration_s=1.5).write(tmp_path / 'bags', storage='mcap')
     export([bag], tmp_path / 'ds', ExportOptions(fps=FPS, episodes_by='whole'))
-    assert (os.sched_getscheduler(0), os.sched_getparam(0).sched_priority) == before
+    assert current() == before
 
 
 def test_scheduling_kept_restores_a_policy_changed_inside():
