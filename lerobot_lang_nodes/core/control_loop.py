@@ -1,16 +1,30 @@
-"""Fixed-rate loop cadence shared by the control loops: overruns skip slots, never sprint.
+"""What every control loop shares (sim_bridge, so101_driver): cadence, output slots, errors.
+
+Cadence: overruns skip slots, never sprint.
 
 After a stall the chunk executor already skips the actions that are late (its catch-up pops
 ``round(elapsed * ctrl_hz)`` of them). If the loop then also ran the missed cycles back to
 back, the stall would be counted twice: the actions after the skipped ones would be played
 early, compressing the motion. ``Cadence`` keeps the slot grid ``start + k * period`` and,
 after an overrun, waits for the next slot after ``now``: missed slots are skipped and counted,
-and no two cycles run closer than the time left to the next slot.
+and no two cycles run closer than the time left to the next slot. A simulator, whose time is
+its own, may instead replay up to ``catch_up_s`` of missed slots back to back: its physics
+advance one period per cycle whatever the wall clock says, so catching up keeps the real-time
+factor at 1 without playing anything early in simulated time.
+
+``LoopTicks`` says which outputs a cycle owes (every-n slots, and the runtime status also on
+the refill rising edge so the policy starts its next inference at once). ``LoopErrors`` is the
+error policy: an unexpected exception pauses and holds, the loop goes on, and only
+``max_in_row`` failing cycles in a row mean the loop cannot hold the robot any more.
+``ThrottledLog`` keeps a failing 50 Hz loop from writing 50 lines a second.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+import logging
 import math
+import time
 
 from .errors import config_error
 
@@ -18,10 +32,13 @@ from .errors import config_error
 class Cadence:
     """Slot timing of a loop at ``hz``; the caller supplies its monotonic clock readings."""
 
-    def __init__(self, hz: float, start_s: float) -> None:
+    def __init__(self, hz: float, start_s: float, catch_up_s: float = 0.0) -> None:
         if not (isinstance(hz, (int, float)) and math.isfinite(hz) and hz > 0):
             raise config_error('hz', hz, 'a finite rate > 0 Hz')
+        if not (math.isfinite(catch_up_s) and catch_up_s >= 0):
+            raise config_error('catch_up_s', catch_up_s, 'finite seconds >= 0')
         self.period_s = 1.0 / float(hz)
+        self.catch_up_s = float(catch_up_s)
         self._next_s = float(start_s)
         self.cycles = 0
         self.overruns = 0  # cycles that ended after their next slot had begun
@@ -36,9 +53,9 @@ class Cadence:
     def delay(self, now_s: float) -> float:
         """Call at the end of a cycle: seconds to sleep until the next slot (>= 0).
 
-        On time: the next slot of the grid. Late: the missed slots are skipped and the loop
-        waits for the first slot after ``now_s`` (a clock that went backwards restarts the
-        grid at ``now_s``).
+        On time: the next slot of the grid. Late by less than ``catch_up_s``: the next slot at
+        once (0 s). Later: the missed slots are skipped and the loop waits for the first slot
+        after ``now_s`` (a clock that went backwards restarts the grid at ``now_s``).
         """
         self.cycles += 1
         target = self._next_s + self.period_s
@@ -46,13 +63,96 @@ class Cadence:
             target = now_s + self.period_s
         elif now_s >= target:
             late = now_s - target
+            self.max_late_s = max(self.max_late_s, late)
+            if late < self.catch_up_s:
+                self.overruns += 1
+                self._next_s = target
+                return 0.0
             missed = int(math.floor(late / self.period_s)) + 1
             self.overruns += 1
             self.skipped_slots += missed
-            self.max_late_s = max(self.max_late_s, late)
             target += missed * self.period_s
         self._next_s = target
         return max(0.0, target - now_s)
 
 
-__all__ = ['Cadence']
+    def stats(self) -> dict[str, float]:
+        return {'cycles': self.cycles, 'overruns': self.overruns,
+                'skipped_slots': self.skipped_slots, 'max_late_ms': self.max_late_s * 1e3}
+
+
+class LoopTicks:
+    """Which periodic outputs a cycle owes; rates are rounded to whole cycles (>= 1)."""
+
+    def __init__(self, ctrl_hz: float, **rates_hz: float) -> None:
+        self.every = {name: max(1, int(round(ctrl_hz / hz))) for name, hz in rates_hz.items()}
+        self.tick = 0
+        self._last_refill = False
+
+    def due(self, name: str) -> bool:
+        return self.tick % self.every[name] == 0
+
+    def refill_edge(self, refill: bool) -> bool:
+        """True once when the queue crosses the refill threshold (call once per cycle)."""
+        edge = refill and not self._last_refill
+        self._last_refill = refill
+        return edge
+
+    def advance(self) -> None:
+        self.tick += 1
+
+
+class LoopErrors:
+    """Error policy of a control loop: count, hold, and give up only after many in a row."""
+
+    def __init__(self, max_in_row: int = 50) -> None:
+        if not (isinstance(max_in_row, int) and max_in_row >= 1):
+            raise config_error('max_in_row', max_in_row, 'an integer >= 1')
+        self.max_in_row = max_in_row
+        self.count = 0
+        self.in_row = 0
+        self.last = ''
+
+    def failed(self, exc: BaseException) -> bool:
+        """Record an unexpected exception; True when the loop must give up."""
+        self.count += 1
+        self.in_row += 1
+        self.last = f'{type(exc).__name__}: {exc}'
+        return self.in_row >= self.max_in_row
+
+    def succeeded(self) -> None:
+        self.in_row = 0
+
+
+class ThrottledLog:
+    """``emit(level, text)`` at most once per ``period_s`` per key, with the suppressed count."""
+
+    def __init__(self, emit: Callable[[int, str], None],
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._emit = emit
+        self._clock = clock
+        self._last: dict[str, float] = {}
+        self._suppressed: dict[str, int] = {}
+
+    def __call__(self, level: int, text: str, key: str = '', period_s: float = 2.0) -> None:
+        key = key or text
+        now = self._clock()
+        last = self._last.get(key)
+        if last is not None and now - last < period_s:
+            self._suppressed[key] = self._suppressed.get(key, 0) + 1
+            return
+        self._last[key] = now
+        n = self._suppressed.pop(key, 0)
+        text += f' ({n} similar suppressed)' if n else ''
+        try:
+            self._emit(level, text)
+        except Exception:  # noqa: BLE001 - a log sink must never stop a control loop
+            logging.getLogger(__name__).log(level, text)
+
+
+def python_logger_emit(log: logging.Logger) -> Callable[[int, str], None]:
+    """An ``emit`` for ThrottledLog writing to a standard-library logger."""
+    return lambda level, text: log.log(level, text)
+
+
+__all__ = ['Cadence', 'LoopErrors', 'LoopTicks', 'ThrottledLog', 'python_logger_emit']

@@ -23,6 +23,7 @@ from std_msgs.msg import Float64, String
 from std_srvs.srv import Trigger
 
 from lerobot_lang_msgs.msg import ActionChunk, LanguageContext, RuntimeStatus, TaskOutcome
+from lerobot_lang_nodes.core.control_loop import Cadence, LoopErrors, LoopTicks
 from lerobot_lang_nodes.core.safety import SafetyLimits
 from lerobot_lang_nodes.nodes import convert, qos, runner
 from lerobot_lang_nodes.nodes.diagnostics import DiagnosticsPublisher
@@ -34,6 +35,8 @@ from lerobot_lang_nodes.sim import tasks  # text parsing only: no MuJoCo import
 
 # RoboCasa's convention, kept so seeds mean the same across simulators.
 RESET_SEED_STRIDE = 1000
+# A stall shorter than this is caught up back to back; a longer one restarts the pacing.
+CATCH_UP_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -97,7 +100,8 @@ class SimBridgeNode(Node):
         self._goal = None
         self._hold = self.scene.joint_positions()
         self.publish_errors = 0  # writes DDS refused (each costs one tick of outputs)
-        self.loop_errors = 0  # unexpected exceptions caught in the simulation loop
+        self.loop_errors = LoopErrors()  # unexpected exceptions caught in the loop
+        self._cadence: Cadence | None = None
         self._loop_error = ''
         self.fault_hook = None  # tests: a callable run in each cycle (e.g. one that raises)
 
@@ -208,13 +212,15 @@ class SimBridgeNode(Node):
     def _loop(self) -> None:
         cfg = self.cfg
         period = 1.0 / cfg.ctrl_hz
-        camera_every = max(1, int(round(cfg.ctrl_hz / cfg.camera_hz)))
-        status_every = max(1, int(round(cfg.ctrl_hz / cfg.status_hz)))
-        wall_start = time.monotonic()
-        sim_start = self.scene.sim_time
+        ticks = LoopTicks(cfg.ctrl_hz, camera=cfg.camera_hz, status=cfg.status_hz)
+        # Paced on the wall clock at ctrl_hz * real_time_factor. Simulated time is the
+        # bridge's own (one period per cycle whatever the wall clock says), so a short stall
+        # is caught up back to back; a long one (CPU starved) restarts the pacing instead.
+        cadence = (Cadence(cfg.ctrl_hz * cfg.real_time_factor, time.monotonic(),
+                           catch_up_s=CATCH_UP_S) if cfg.real_time_factor > 0 else None)
+        self._cadence = cadence
+        wall_start, sim_start = time.monotonic(), self.scene.sim_time
         report_at = wall_start + 30.0
-        tick = 0
-        last_refill = False
         try:
             while self._running and self.context.ok():
                 try:
@@ -230,23 +236,25 @@ class SimBridgeNode(Node):
                     raise
                 except Exception as exc:  # noqa: BLE001 - a dead loop would freeze the robot
                     self._on_loop_error(exc)
+                else:
+                    self.loop_errors.succeeded()
                 # No action (paused, starved, error): keep the last safe target, never replay.
                 self.scene.apply_action(self._hold)
                 now = self.scene.step(period)
-                refill = self.chunk_executor.needs_refill()
+                refill = ticks.refill_edge(self.chunk_executor.needs_refill())
                 # A failed publish (DDS refused a write) costs this tick's outputs, never the
                 # simulation loop.
                 try:
                     self._publish_clock(now)
                     self._publish_joints(now)
-                    if tick % camera_every == 0:
+                    if ticks.due('camera'):
                         self._publish_images(now)
                     # Publish at once when the queue crosses the refill threshold, so the
                     # policy starts the next inference without waiting for the periodic status.
-                    if tick % status_every == 0:
+                    if ticks.due('status'):
                         self._publish_status(now)
                         self._publish_world(now)
-                    elif refill and not last_refill:
+                    elif refill:
                         self._publish_status(now)
                 except _rclpy.RCLError as exc:
                     if not self.context.ok():
@@ -255,15 +263,9 @@ class SimBridgeNode(Node):
                     self.get_logger().error(f'publish failed ({self.publish_errors} so far; '
                                             f'the simulation goes on): {exc}',
                                             throttle_duration_sec=5.0)
-                last_refill = refill
-                tick += 1
-                if cfg.real_time_factor > 0:
-                    target = wall_start + (now - sim_start) / cfg.real_time_factor
-                    delay = target - time.monotonic()
-                    if delay > 0:
-                        time.sleep(delay)
-                    elif delay < -1.0:  # far behind (CPU starved): do not sprint to catch up
-                        wall_start, sim_start = time.monotonic(), now
+                ticks.advance()
+                if cadence is not None:
+                    time.sleep(cadence.delay(time.monotonic()))
                 if time.monotonic() > report_at:
                     wall = time.monotonic() - wall_start
                     self.get_logger().info(
@@ -281,23 +283,28 @@ class SimBridgeNode(Node):
 
     def _on_loop_error(self, exc: Exception) -> None:
         """An unexpected exception in a cycle: pause (queue cleared), hold, report ERROR."""
-        self.loop_errors += 1
-        self._loop_error = f'{type(exc).__name__}: {exc}'
+        # The simulated arm holds its last target whatever happens, so the error policy never
+        # gives up here: the loop keeps the simulation and its clock alive.
+        self.loop_errors.failed(exc)
+        self._loop_error = self.loop_errors.last
         self.chunk_executor.pause(self.scene.sim_time)
-        self.get_logger().error(f'simulation loop error ({self.loop_errors} so far): '
+        self.get_logger().error(f'simulation loop error ({self.loop_errors.count} so far): '
                                 f'{self._loop_error}; paused and holding, the loop goes on '
                                 '(resume to move again)', throttle_duration_sec=2.0)
-        if self.loop_errors == 1:
+        if self.loop_errors.count == 1:
             self.get_logger().error(traceback.format_exc())
         self.diagnostics.publish_now()
 
     def _diagnostic_status(self) -> tuple[str, str, dict]:
         st = self.chunk_executor.status()
-        values = {'loop_errors': self.loop_errors, 'last_loop_error': self._loop_error,
+        values = {'loop_errors': self.loop_errors.count,
+                  'last_loop_error': self._loop_error,
                   'publish_errors': self.publish_errors, 'mode': st.mode,
                   'dispatched': st.dispatched, 'starved_ticks': st.starved_ticks,
                   'discarded_stale': st.discarded_stale,
                   'rejected_invalid': st.rejected_invalid, 'ctrl_hz': self.cfg.ctrl_hz}
+        if self._cadence is not None:
+            values.update({f'loop.{k}': v for k, v in self._cadence.stats().items()})
         if self._loop_error and st.mode == 'paused':
             return 'error', f'simulation loop error: {self._loop_error}; paused', values
         return 'ok', f'{st.mode}, {st.dispatched} actions dispatched', values

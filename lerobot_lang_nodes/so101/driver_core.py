@@ -33,6 +33,7 @@ from lerobot_lang_nodes.so101.errors import (
     BusError,
     BusTimeout,
     CalibrationError,
+    ConfigurationMismatch,
     FaultLatched,
     ModelMismatch,
     MotionRefused,
@@ -165,6 +166,8 @@ class So101Robot:
         self.connected = False
         self.torque_enabled = False
         self.fault: Fault | None = None
+        # Registers found different from the calibration/settings after a reconnect.
+        self.mismatch: list[str] = []
         self.last_state: RobotState | None = None
         self.counters = {'limit_clamps': 0, 'relative_clamps': 0, 'refused': 0, 'holds': 0}
         self._cycle = 0
@@ -216,6 +219,31 @@ class So101Robot:
 
     def configure(self) -> None:
         """Write LeRobot's so101_follower settings (EEPROM writes need torque off and Lock 0)."""
+        self._write_settings()
+        mismatched = self.calibration_mismatches()
+        if mismatched:
+            if not self.config.write_calibration_to_motors:
+                raise CalibrationError(
+                    f'servo EEPROM calibration differs from the file for {mismatched}; '
+                    'enable write_calibration_to_motors or re-run the calibration')
+            logger.warning('writing calibration to motors %s (EEPROM differs from file)',
+                           mismatched)
+            write_calibration_to_motors(self.bus, self.calibration)
+
+    def _expected_settings(self, joint: str) -> dict[str, int]:
+        cfg = self.config
+        out = {'Return_Delay_Time': cfg.return_delay,
+               'Maximum_Acceleration': cfg.maximum_acceleration,
+               'Acceleration': cfg.acceleration, 'Operating_Mode': MODE_POSITION,
+               'P_Coefficient': cfg.p_coefficient, 'I_Coefficient': cfg.i_coefficient,
+               'D_Coefficient': cfg.d_coefficient}
+        if joint == GRIPPER:
+            out.update(Max_Torque_Limit=cfg.gripper_max_torque,
+                       Protection_Current=cfg.gripper_protection_current,
+                       Overload_Torque=cfg.gripper_overload_torque)
+        return out
+
+    def _write_settings(self) -> None:
         cfg = self.config
         self.disable_torque()
         for joint in JOINT_NAMES:
@@ -238,15 +266,6 @@ class So101Robot:
                 self.bus.write(i, 'Overload_Torque', cfg.gripper_overload_torque,
                                check_errors=False)
         self.bus.return_delay_us = cfg.return_delay * RETURN_DELAY_UNIT_US
-        mismatched = self.calibration_mismatches()
-        if mismatched:
-            if not cfg.write_calibration_to_motors:
-                raise CalibrationError(
-                    f'servo EEPROM calibration differs from the file for {mismatched}; '
-                    'enable write_calibration_to_motors or re-run the calibration')
-            logger.warning('writing calibration to motors %s (EEPROM differs from file)',
-                           mismatched)
-            write_calibration_to_motors(self.bus, self.calibration)
 
     def calibration_mismatches(self) -> list[str]:
         """Joints whose Homing_Offset / position limits in EEPROM differ from the calibration."""
@@ -257,6 +276,23 @@ class So101Robot:
                    self.bus.read(cal.id, 'Max_Position_Limit', check_errors=False))
             if got != (cal.homing_offset, cal.range_min, cal.range_max):
                 out.append(joint)
+        return out
+
+    def configuration_differences(self) -> list[str]:
+        """Every register that differs from the calibration file or the start-up settings.
+
+        One line per field, naming the motor: ``'wrist_flex (id 4): Homing_Offset is 512,
+        expected 0'``. Empty when the servos are the ones configured at start-up.
+        """
+        out = []
+        for joint in JOINT_NAMES:
+            cal = self.calibration[joint]
+            expected = {'Homing_Offset': cal.homing_offset, 'Min_Position_Limit': cal.range_min,
+                        'Max_Position_Limit': cal.range_max, **self._expected_settings(joint)}
+            for name, want in expected.items():
+                got = self.bus.read(cal.id, name, check_errors=False)
+                if got != want:
+                    out.append(f'{joint} (id {cal.id}): {name} is {got}, expected {want}')
         return out
 
     def close(self) -> None:
@@ -280,15 +316,28 @@ class So101Robot:
         """One reconnection attempt after PortDisconnected; True when the arm is back.
 
         On success the goal is set to the present position (torque state is read back from
-        the servos), so a reconnect never moves the arm; a latched fault stays latched.
+        the servos), so a reconnect never moves the arm; a latched fault stays latched. The
+        servos are then checked exactly as at start-up: servos that lost power (all torque
+        off) get the start-up settings written again, and any register that still differs
+        from the calibration or the settings (a swapped motor, a reset control table) is kept
+        in ``mismatch``, which refuses motion and torque until ``reset()`` finds them right.
         """
         try:
             self.bus.reopen()
             self._handshake()
             self.bus.return_delay_us = self.config.return_delay * RETURN_DELAY_UNIT_US
             torque = [self.bus.read(i, 'Torque_Enable', check_errors=False) for i in self.ids]
-            self.torque_enabled = all(torque)
             self.connected = True  # hold_present_position() needs it, even after close()
+            if not any(torque):
+                # Powered down and up: the RAM settings (acceleration, ...) are the factory's.
+                # Calibration registers are never written here: on a swapped motor the file's
+                # offsets would be wrong, so a difference is refused, not overwritten.
+                self._write_settings()
+            self.torque_enabled = all(torque)
+            self.mismatch = self.configuration_differences()
+            if self.mismatch:
+                logger.error('servos differ from the start-up configuration after the '
+                             'reconnect: %s', '; '.join(self.mismatch))
             self.hold_present_position()
         except BusError as exc:
             logger.debug('reconnect attempt failed: %s', exc)
@@ -315,6 +364,7 @@ class So101Robot:
     def enable_torque(self) -> None:
         """Goal := present position, then torque on, so enabling never jerks the arm."""
         self._require_connected()
+        self._refuse_on_mismatch()
         self.hold_present_position()
         for servo_id in self.ids:
             self.bus.write(servo_id, 'Torque_Enable', 1, check_errors=False)
@@ -407,6 +457,7 @@ class So101Robot:
             self.counters['refused'] += 1
             raise FaultLatched(f'motion refused: {self.fault.describe()}; remove the load / let '
                                'it cool, then call reset()')
+        self._refuse_on_mismatch()
         goal = np.asarray(positions_rad, dtype=float)
         if goal.shape != (len(JOINT_NAMES),) or not np.all(np.isfinite(goal)):
             self.counters['refused'] += 1
@@ -433,6 +484,14 @@ class So101Robot:
         self._write_steps(clamped)
         return self.units.radians_from_steps(clamped)
 
+    def _refuse_on_mismatch(self) -> None:
+        if self.mismatch:
+            self.counters['refused'] += 1
+            raise ConfigurationMismatch(
+                'motion refused: the servos differ from the calibration/start-up settings '
+                f"after a reconnect ({'; '.join(self.mismatch)}); reconnect the right motor "
+                'or re-run the calibration, then reset the fault')
+
     def hold_present_position(self) -> np.ndarray:
         """Goal := freshly read present position (allowed even while a fault is latched)."""
         steps = self.read_state(full=False).position_steps
@@ -443,6 +502,9 @@ class So101Robot:
     def reset(self) -> None:
         """Clear a latched fault once no servo reports a latching error any more."""
         self._require_connected()
+        if self.mismatch:
+            self.mismatch = self.configuration_differences()
+            self._refuse_on_mismatch()
         bits = {i: self.bus.ping(i, check_errors=False) for i in self.ids}
         still = {i: b for i, b in bits.items() if b & self.config.latching_errors}
         if still:
@@ -462,6 +524,7 @@ class So101Robot:
             'safety': dict(self.counters),
             'error_bits': {self.joint_of[i]: self.bus.last_errors.get(i, 0) for i in self.ids},
             'fault': self.fault.describe() if self.fault else '',
+            'mismatch': '; '.join(self.mismatch),
             'connected': self.connected,
             'torque_enabled': self.torque_enabled,
         }

@@ -57,3 +57,7 @@ class FaultLatched(MotionRefused):
 
 class NotConnected(RuntimeError):
     """The robot or bus is used before connect()/open()."""
+
+
+class ConfigurationMismatch(MotionRefused):
+    """After a reconnect the servos differ from the calibration or the start-up settings."""

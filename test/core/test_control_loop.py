@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import logging
+
 import numpy as np
 import pytest
 
-from lerobot_lang_nodes.core.control_loop import Cadence
+from lerobot_lang_nodes.core.control_loop import Cadence, LoopErrors, LoopTicks, ThrottledLog
 from lerobot_lang_nodes.core.errors import ConfigError
 from lerobot_lang_nodes.core.executor import Chunk, ChunkExecutor, DispatchLog, ExecutorConfig
 
@@ -66,3 +68,50 @@ def test_after_a_stall_late_actions_are_skipped_and_none_is_played_early(stall_s
         assert t < (step + 1) * PERIOD + 1e-9, f'step {step} dispatched late at {t:.3f}'
     steps = [s for _, s in dispatched]
     assert steps == sorted(steps) and steps[-1] == 49  # the chunk still reaches its target
+
+
+def test_cadence_catch_up_runs_a_short_stall_back_to_back_but_not_a_long_one():
+    c = Cadence(HZ, 0.0, catch_up_s=0.1)
+    assert c.delay(0.05) == 0.0  # 30 ms late: the next slot at once
+    assert c.next_s == pytest.approx(PERIOD)
+    assert (c.overruns, c.skipped_slots) == (1, 0)
+    c = Cadence(HZ, 0.0, catch_up_s=0.1)
+    assert c.delay(0.5) > 0  # far behind: slots skipped, the pacing restarts
+    assert c.skipped_slots >= 24 and c.next_s > 0.5
+
+
+def test_loop_ticks_periodic_slots_and_the_refill_edge():
+    ticks = LoopTicks(30.0, status=5.0, camera=30.0)
+    seen = []
+    for refill in [False, True, True, False, True, False, False]:
+        seen.append((ticks.due('status'), ticks.due('camera'), ticks.refill_edge(refill)))
+        ticks.advance()
+    assert [s for s, _, _ in seen] == [True] + [False] * 5 + [True]
+    assert all(c for _, c, _ in seen)
+    assert [e for _, _, e in seen] == [False, True, False, False, True, False, False]
+
+
+def test_loop_errors_give_up_only_after_max_in_a_row():
+    errors = LoopErrors(max_in_row=3)
+    assert not errors.failed(KeyError('a')) and not errors.failed(KeyError('b'))
+    errors.succeeded()
+    assert not errors.failed(ValueError('c')) and not errors.failed(ValueError('d'))
+    assert errors.failed(ValueError('e'))
+    assert errors.count == 5 and errors.last == 'ValueError: e'
+    with pytest.raises(ConfigError):
+        LoopErrors(0)
+
+
+def test_throttled_log_counts_what_it_suppressed_and_survives_a_broken_sink():
+    t = [0.0]
+    out = []
+    log = ThrottledLog(lambda level, text: out.append(text), clock=lambda: t[0])
+    for _ in range(5):
+        log(logging.ERROR, 'bad', key='k', period_s=1.0)
+    t[0] = 1.5
+    log(logging.ERROR, 'bad', key='k', period_s=1.0)
+    assert out == ['bad', 'bad (4 similar suppressed)']
+
+    def broken(level, text):
+        raise ValueError('sink gone')
+    ThrottledLog(broken)(logging.ERROR, 'still fine')  # must not raise
