@@ -600,3 +600,115 @@ class EmulatorProcess:
 
     def reconnect(self) -> None:
         self._call('call', 'reconnect')
+
+
+def free_port() -> int:
+    """A TCP port free on loopback right now."""
+    import socket
+    with socket.socket() as sock:
+        sock.bind(('127.0.0.1', 0))
+        return sock.getsockname()[1]
+
+
+class SimGraph:
+    """The sim graph's processes (graph.SIM, each its own process) plus a subscribed probe.
+
+    ``params`` overrides node parameters of config/sim.yaml: ``{'planner': {'key': value}}``.
+    Every dispatched action is logged by sim_bridge (``dispatches()``).
+    """
+
+    def __init__(self, tmp: Path, params: dict[str, dict[str, Any]] | None = None,
+                 probe_name: str = 'sim_graph_probe') -> None:
+        import yaml
+
+        from lerobot_lang_msgs.msg import LanguageContext, RuntimeStatus, TaskOutcome
+        from lerobot_lang_nodes import graph
+        from lerobot_lang_nodes.nodes import qos
+        self.tmp = tmp
+        self.dispatch_log = tmp / 'dispatch.jsonl'
+        values = yaml.safe_load(graph.default_params_file('sim').read_text())
+        values['sim_bridge']['ros__parameters']['dispatch_log_path'] = str(self.dispatch_log)
+        self.viewer_port = free_port()
+        values['viewer']['ros__parameters']['port'] = self.viewer_port
+        for node, overrides in (params or {}).items():
+            values.setdefault(node, {}).setdefault('ros__parameters', {}).update(overrides)
+        self.params_file = tmp / 'sim.yaml'
+        self.params_file.write_text(yaml.safe_dump(values))
+        self.argv: dict[str, list[str]] = {}
+        self.procs: dict[str, NodeProcess] = {}
+        for spec in graph.SIM:
+            self.argv[spec.name] = [sys.executable, '-m', spec.module,
+                                    *graph.ros_args(spec, self.params_file)]
+            self.start(spec.name)
+        self.probe = RosProbe(probe_name)
+        self.status = self.probe.subscribe(RuntimeStatus, 'runtime_status', qos.STATUS)
+        self.context = self.probe.subscribe(LanguageContext, 'language_context', qos.LATCHED)
+        self.outcome = self.probe.subscribe(TaskOutcome, 'task_outcome', qos.LATCHED)
+
+    def start(self, name: str) -> NodeProcess:
+        """(Re)start one node; a restart's log goes to ``<name>.<n>.log``."""
+        n = sum(1 for p in self.tmp.glob(f'{name}*.log'))
+        log = self.tmp / (f'{name}.log' if n == 0 else f'{name}.{n}.log')
+        self.procs[name] = NodeProcess(name, self.argv[name], log)
+        return self.procs[name]
+
+    def wait_ready(self, timeout_s: float = 60.0) -> None:
+        procs = list(self.procs.values())
+        for name in ('sim_bridge', 'planner', 'policy'):
+            self.probe.wait_for_node(name, timeout_s=timeout_s, processes=procs)
+        self.status.wait_for(timeout_s=timeout_s, what='a runtime_status from sim_bridge')
+
+    def alive(self) -> list[NodeProcess]:
+        return [p for p in self.procs.values() if p.alive]
+
+    def dispatches(self) -> list[dict]:
+        import json
+        if not self.dispatch_log.exists():
+            return []
+        lines = self.dispatch_log.read_text().splitlines()
+        return [json.loads(line) for line in lines if line.endswith('}')]
+
+    def logs(self, tail: int = 3000) -> str:
+        return '\n'.join(f'===== {name} =====\n{p.log_text(tail)}'
+                         for name, p in self.procs.items())
+
+    def run_task(self, task: str, time_limit_s: float, timeout_s: float,
+                 direct: bool = False) -> tuple[Any, list[str]]:
+        """Send a RunTask goal and wait for its result: (result or None, feedback subtasks)."""
+        from rclpy.action import ActionClient
+
+        from lerobot_lang_msgs.action import RunTask
+        client = ActionClient(self.probe.node, RunTask, 'run_task')
+        try:
+            if not client.wait_for_server(timeout_sec=15.0):
+                raise WaitTimeout('run_task server not found')
+            feedback: list[str] = []
+            done = threading.Event()
+            box: dict = {}
+
+            def on_goal(fut) -> None:
+                handle = fut.result()
+                box['accepted'] = handle.accepted
+                if not handle.accepted:
+                    done.set()
+                    return
+                handle.get_result_async().add_done_callback(
+                    lambda r: (box.update(result=r.result().result), done.set()))
+
+            client.send_goal_async(
+                RunTask.Goal(task=task, time_limit_s=time_limit_s, direct_subtask=direct),
+                feedback_callback=lambda f: feedback.append(f.feedback.subtask)
+            ).add_done_callback(on_goal)
+            if not done.wait(timeout_s):
+                raise WaitTimeout(f'RunTask {task!r} gave no result in {timeout_s} s')
+            return box.get('result'), feedback
+        finally:
+            client.destroy()
+
+    def run_task_direct(self, task: str) -> tuple[Any, list[str]]:
+        return self.run_task(task, time_limit_s=60.0, timeout_s=240.0, direct=True)
+
+    def close(self) -> None:
+        for proc in self.procs.values():
+            proc.stop()
+        self.probe.close()

@@ -181,6 +181,9 @@ def session_params(params_file: Path, folder: Path, args: argparse.Namespace,
         viewer.setdefault('latest_png_path', str(folder / 'latest.png'))
         if args.viewer_port is not None:
             viewer['port'] = args.viewer_port
+    if 'planner' in names:  # a planner restarted in this session resumes its task
+        planner = params.setdefault('planner', {}).setdefault('ros__parameters', {})
+        planner.setdefault('state_file', str(folder / 'planner_state.json'))
     if 'recorder' in names:
         recorder = params.setdefault('recorder', {}).setdefault('ros__parameters', {})
         recorder['output_dir'] = str(folder / 'bags')

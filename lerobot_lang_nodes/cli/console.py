@@ -357,10 +357,8 @@ def _loop_plain(console: Console) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog='lerobot-lang console', description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_arguments('console', parser)
-    return run('console', parser.parse_args(argv))
+    from lerobot_lang_nodes.cli.main import run_one
+    return run_one('console', sys.modules[__name__], argv)
 
 
 if __name__ == '__main__':

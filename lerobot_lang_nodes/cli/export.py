@@ -84,10 +84,8 @@ def run(_name: str, args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """`python -m lerobot_lang_nodes.cli.export BAG... OUT_DIR [options]`."""
-    parser = argparse.ArgumentParser(prog='lerobot-lang export', description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_arguments('export', parser)
-    return run('export', parser.parse_args(argv))
+    from lerobot_lang_nodes.cli.main import run_one
+    return run_one('export', sys.modules[__name__], argv)
 
 
 if __name__ == '__main__':

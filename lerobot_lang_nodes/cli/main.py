@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+from typing import Any
 
 # subcommand -> module with add_arguments(parser) and run(args) -> int; imported only when used
 # so `lerobot-lang say` never loads MuJoCo or torch.
@@ -28,6 +29,12 @@ SUBCOMMANDS = {
                 'interactive console: interjections, /task, /ask, /pause, ... in one terminal'),
     'record': ('lerobot_lang_nodes.cli.record', 'record the running graph (rosbag2 MCAP)'),
     'export': ('lerobot_lang_nodes.cli.export', 'export bags to a LeRobot v3.0 dataset'),
+    'train-policy': ('lerobot_lang_nodes.training.policy',
+                     'train a language-conditioned action policy (LeRobot checkpoint) from an '
+                     'exported dataset'),
+    'train-planner': ('lerobot_lang_nodes.training.planner',
+                      'train a small vision-language planner (transformers) on a dataset\'s '
+                      'language columns'),
 }
 
 
@@ -45,6 +52,14 @@ def build_parser() -> argparse.ArgumentParser:
         module.add_arguments(name, p)
         p.set_defaults(_module=module)
     return parser
+
+
+def run_one(name: str, module: Any, argv: list[str] | None = None) -> int:
+    """One subcommand as its own program (``python -m <module>``): same arguments, same run."""
+    parser = argparse.ArgumentParser(prog=f'lerobot-lang {name}', description=module.__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    module.add_arguments(name, parser)
+    return int(module.run(name, parser.parse_args(argv)) or 0)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -109,10 +109,8 @@ def run(_name: str, args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """`python -m lerobot_lang_nodes.cli.record [run|start|stop] [options]`."""
-    parser = argparse.ArgumentParser(prog='lerobot-lang record', description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_arguments('record', parser)
-    return run('record', parser.parse_args(argv))
+    from lerobot_lang_nodes.cli.main import run_one
+    return run_one('record', sys.modules[__name__], argv)
 
 
 if __name__ == '__main__':

@@ -193,6 +193,32 @@ class LanguageState:
     def _count_empty(self, kind: str) -> None:
         self.empty[kind] = self.empty.get(kind, 0) + 1
 
+    def restore(self, snap: LanguageSnapshot) -> None:
+        """Take over a saved snapshot (a restarted planner resuming its task and revision)."""
+        _check_choice('mode', snap.mode, MODES)
+        _check_choice('source', snap.source, SOURCES)
+        with self._lock:
+            self.task, self.subtask, self.prior_subtask = snap.task, snap.subtask, \
+                snap.prior_subtask
+            self.memory, self.plan, self.mode, self.source = snap.memory, snap.plan, \
+                snap.mode, snap.source
+            self.revision = max(self.revision, int(snap.revision))
+            self.flush_revision = max(self.flush_revision, int(snap.flush_revision))
+
+    def advance_past(self, revision: int) -> bool:
+        """Move past a revision seen elsewhere (the executor's), as an operator change.
+
+        A planner that restarted without its state starts at 0 while the executor is at R:
+        its next contexts must be newer than R, or chunks for them would look stale, and
+        chunks from before the restart must look stale. True when the revision moved.
+        """
+        with self._lock:
+            if revision < self.revision:
+                return False
+            self.revision = int(revision) + 1
+            self.flush_revision = self.revision
+            return True
+
     def snapshot(self) -> LanguageSnapshot:
         """A consistent immutable copy."""
         with self._lock:

@@ -33,7 +33,9 @@ from lerobot_lang_msgs.msg import ActionChunk, LanguageContext, RuntimeStatus, T
 from lerobot_lang_msgs.srv import AskVqa
 from lerobot_lang_nodes import paths
 from lerobot_lang_nodes.backends.registry import known, load_backend
-from lerobot_lang_nodes.core import prompts
+from lerobot_lang_nodes.core import planner_state, prompts
+from lerobot_lang_nodes.core.control_loop import ThrottledLog
+from lerobot_lang_nodes.core.inputs import DEFAULT_MAX_TEXT_CHARS, text_problem
 from lerobot_lang_nodes.core.high_level import HighLevelConfig, HighLevelPlanner
 from lerobot_lang_nodes.core.language import LanguageSnapshot, LanguageState
 from lerobot_lang_nodes.nodes import qos, runner
@@ -140,6 +142,24 @@ class PlannerConfig:
                'empty = wait for /task (the start-up log says how to send one).'})
     feedback_hz: float = field(default=2.0, metadata={
         'doc': 'RunTask feedback and progress check rate (Hz).', 'range': (0.1, 50.0)})
+    max_text_chars: int = field(default=DEFAULT_MAX_TEXT_CHARS, metadata={
+        'doc': 'Tasks, interjections and questions longer than this (or with control '
+               'characters) are refused: logged and counted on topics, an error in service '
+               'and action responses.', 'range': (16, 1_000_000)})
+    vqa_max_pending: int = field(default=2, metadata={
+        'doc': 'Questions answered or waiting at once; more are refused at once with a busy '
+               'message (ask again), so a flood cannot tie up the node.', 'range': (1, 64)})
+    revision_wait_s: float = field(default=10.0, metadata={
+        'doc': 'At start without a state to resume, wait up to this long for the executor\'s '
+               'runtime_status before taking any input, so the first revisions continue past '
+               'the executor\'s (a restarted planner never reuses a revision); after half of '
+               'it, stop waiting if no runtime_status publisher was discovered (no executor '
+               'yet: a fresh system starts at 0). 0 disables.', 'range': (0.0, 60.0)})
+    state_file: str = field(default='', metadata={
+        'doc': 'JSON file holding the latched task, subtask, memory, plan and revision, '
+               'rewritten on every change; a restarted planner resumes from it. Empty = '
+               'none (the session folder\'s planner_state.json under `lerobot-lang`); the '
+               'revision then still never goes backwards: it continues past the executor\'s.'})
 
     def __post_init__(self) -> None:
         missing = [c for c in self.image_cameras if c not in self.cameras]
@@ -197,6 +217,16 @@ class PlannerNode(Node):
         self._published: LanguageSnapshot | None = None
         self._subtask_history: list[str] = []
         self._goal_handle = None  # the RunTask goal being executed, for feedback
+        self.refused_inputs = 0  # texts refused by max_text_chars / control characters
+        self.vqa_busy = 0  # questions refused because vqa_max_pending were in progress
+        self.interjections_coalesced = 0  # replaced by a newer one before their turn
+        self._vqa_slots = threading.BoundedSemaphore(self.cfg.vqa_max_pending)
+        # Throttled per kind of input: a flood of bad tasks must not hide a bad question.
+        self._refusal_log = ThrottledLog(lambda _level, text: self.get_logger().warning(text))
+        # At most one interjection waits for the worker; a newer one replaces its text.
+        self._pending_interjection: str | None = None
+        self._first_status: RuntimeStatus | None = None
+        self._status_seen = threading.Event()
 
         cb = ReentrantCallbackGroup()
         self._ctx_pub = self.create_publisher(LanguageContext, 'language_context', qos.LATCHED)
@@ -223,7 +253,8 @@ class PlannerNode(Node):
                                                self.cfg.ground_truth_topic)
         self._pause_client = self.create_client(Trigger, self.cfg.pause_service,
                                                 callback_group=MutuallyExclusiveCallbackGroup())
-        self.create_service(AskVqa, 'vqa', self._on_vqa, callback_group=cb)
+        self.create_service(AskVqa, 'vqa', self._on_vqa, callback_group=cb,
+                            qos_profile=qos.SERVICE_BURST)
         self._action = ActionServer(self, RunTask, 'run_task', self._run_task,
                                     goal_callback=self._on_goal,
                                     handle_accepted_callback=self._on_accepted,
@@ -232,11 +263,14 @@ class PlannerNode(Node):
         self._diagnostics = DiagnosticsPublisher(self, 'text generation', self._status,
                                                  self.cfg.diagnostics_period_s)
         self._submit(self._job_load, backend_cls)  # first job: every later one waits for it
+        resumed = self._restore_state()
+        if not resumed and self.cfg.revision_wait_s > 0:
+            self._submit(self._job_revision_start)
         self._worker = threading.Thread(target=self._work, name='planner-generation',
                                         daemon=True)
         self._worker.start()
         self._publish_context(force=True)
-        if self.cfg.task.strip():
+        if self.cfg.task.strip() and not (resumed and self.state.task == self.cfg.task.strip()):
             self._on_task(String(data=self.cfg.task))
         else:
             self.get_logger().info(
@@ -256,10 +290,42 @@ class PlannerNode(Node):
         with self._lock:
             self._outcome = msg
 
+    def _restore_state(self) -> bool:
+        """Resume task, subtask, memory, plan and revision from ``state_file``."""
+        if not self.cfg.state_file:
+            return False
+        try:
+            loaded = planner_state.load(self.cfg.state_file)
+        except planner_state.StateFileError as exc:
+            self.get_logger().error(f'state file ignored: {exc}; starting fresh (the revision '
+                                    "continues past the executor's)")
+            return False
+        if loaded is None:
+            return False
+        snap, extra = loaded
+        self.state.restore(snap)
+        self._seen_tasks.extend(str(k) for k in extra.get('seen_tasks', []))
+        self.get_logger().info(f'resumed from {self.cfg.state_file}: rev {snap.revision}, '
+                               f'task {snap.task!r}, subtask {snap.subtask!r}')
+        return True
+
+    def _refuse_text(self, text: str, what: str) -> str:
+        problem = text_problem(text, self.cfg.max_text_chars, what)
+        if problem:
+            with self._lock:
+                self.refused_inputs += 1
+            self._refusal_log(logging.WARNING, f'{problem} ({self.refused_inputs} refused so '
+                              'far)', key=what)
+        return problem
+
     def _on_task_sample(self, msg: String, info: dict) -> None:
         gid = info.get('publisher_gid') or {}
-        key = (bytes(gid.get('data', b'')) if isinstance(gid, dict) else repr(gid),
-               info.get('publication_sequence_number'), info.get('source_timestamp'))
+        gid_text = (bytes(gid.get('data', b'')).hex() if isinstance(gid, dict)
+                    else repr(gid))
+        # A string, so the keys survive in the state file: a restarted planner must not take
+        # the still-latched task sample as a new task.
+        key = (f"{gid_text}:{info.get('publication_sequence_number')}:"
+               f"{info.get('source_timestamp')}")
         with self._lock:
             if key in self._seen_tasks:
                 return
@@ -267,6 +333,8 @@ class PlannerNode(Node):
         self._on_task(msg)
 
     def _on_task(self, msg: String) -> None:
+        if self._refuse_text(msg.data, 'task'):
+            return
         text = msg.data.strip()
         direct = text.lower().startswith(DIRECT_PREFIX)
         if direct:
@@ -290,13 +358,36 @@ class PlannerNode(Node):
         if not msg.data.strip():
             self.get_logger().warning('ignored an empty interjection')
             return
-        self._submit(self._job_interject, msg.data)
+        if self._refuse_text(msg.data, 'interjection'):
+            return
+        with self._lock:
+            waiting = self._pending_interjection is not None
+            self._pending_interjection = msg.data
+            if waiting:  # newest wins: the queued job answers this text instead
+                self.interjections_coalesced += 1
+        if waiting:
+            self.get_logger().info('interjection replaced the one still waiting (newest '
+                                   f'wins; {self.interjections_coalesced} so far)',
+                                   throttle_duration_sec=2.0)
+            return
+        self._submit(self._job_pending_interjection)
+
+    def _job_pending_interjection(self) -> None:
+        with self._lock:
+            text, self._pending_interjection = self._pending_interjection, None
+        if text is not None:
+            self._job_interject(text)
 
     def _on_chunk(self, _msg: ActionChunk) -> None:
         if self.cfg.regen_on == 'chunk':
             self._submit(self._job_chunk_boundary)
 
     def _on_status(self, msg: RuntimeStatus) -> None:
+        if not self._status_seen.is_set():
+            self._first_status = msg
+            self._status_seen.set()
+        if msg.context_revision > self.state.revision:
+            self._submit(self._job_revision_floor, int(msg.context_revision))
         if msg.mode in ('action', 'paused') and msg.mode != self.state.mode:
             self._submit(self._job_set_mode, msg.mode)
         if self.cfg.regen_on != 'refill':
@@ -379,7 +470,10 @@ class PlannerNode(Node):
                                   'load_time_s': gen.load_time_s}
         snap = self.state.snapshot()
         values.update(revision=snap.revision, mode=snap.mode, task=snap.task,
-                      subtask=snap.subtask)
+                      subtask=snap.subtask, refused_inputs=self.refused_inputs,
+                      vqa_busy=self.vqa_busy,
+                      interjections_coalesced=self.interjections_coalesced,
+                      queued_jobs=self._jobs.qsize())
         values.update(self.planner.stats())
         backend_values = getattr(gen.impl, 'diagnostics', None)
         if callable(backend_values):
@@ -441,6 +535,28 @@ class PlannerNode(Node):
             return  # reported once at load and on /diagnostics; a boundary is no news
         self.planner.on_chunk_boundary(self._now_s(), self.observation())
 
+    def _job_revision_start(self) -> None:
+        """Before any input: learn the executor's revision (a restart must not reuse one)."""
+        half = self.cfg.revision_wait_s / 2
+        if not self._status_seen.wait(half):
+            if self.count_publishers(self.resolve_topic_name('runtime_status')) == 0:
+                return  # no executor yet: a fresh system starts at 0
+            if not self._status_seen.wait(half):
+                self.get_logger().warning(
+                    f'no runtime_status within {self.cfg.revision_wait_s:.0f} s although an '
+                    'executor publishes it; starting at revision 0')
+                return
+        revision = int(self._first_status.context_revision)
+        if revision > 0:
+            self._job_revision_floor(revision)
+
+    def _job_revision_floor(self, revision: int) -> None:
+        if self.state.advance_past(revision):
+            self.get_logger().warning(
+                f'the executor is at revision {revision}, newer than this planner\'s (a '
+                f'restart without state_file?): continuing at {self.state.revision}, so every '
+                'chunk from before the restart is stale')
+
     def _job_set_mode(self, mode: str) -> None:
         if self.state.set_mode(mode):
             self.get_logger().info(f'run mode: {mode}')
@@ -458,6 +574,14 @@ class PlannerNode(Node):
         msg.header.stamp = self.get_clock().now().to_msg()
         self._ctx_pub.publish(msg)  # first: if it fails, this snapshot is published again
         self._published = snap
+        if self.cfg.state_file:
+            try:
+                with self._lock:
+                    seen = list(self._seen_tasks)
+                planner_state.save(self.cfg.state_file, snap, {'seen_tasks': seen})
+            except OSError as exc:
+                self.get_logger().error(f'state file not written: {exc}',
+                                        throttle_duration_sec=10.0)
         if snap.subtask and (not self._subtask_history or self._subtask_history[-1] !=
                              snap.subtask):
             self._subtask_history.append(snap.subtask)
@@ -483,6 +607,25 @@ class PlannerNode(Node):
         return ''
 
     def _on_vqa(self, request: AskVqa.Request, response: AskVqa.Response) -> AskVqa.Response:
+        problem = self._refuse_text(request.question, 'question') or \
+            self._refuse_text(request.camera, 'camera name')
+        if problem:
+            response.success, response.message = False, problem
+            return response
+        if not self._vqa_slots.acquire(blocking=False):
+            with self._lock:
+                self.vqa_busy += 1
+            response.success = False
+            response.message = (f'busy: {self.cfg.vqa_max_pending} questions are being '
+                                'answered; ask again in a moment')
+            return response
+        try:
+            return self._answer_vqa(request, response)
+        finally:
+            self._vqa_slots.release()
+
+    def _answer_vqa(self, request: AskVqa.Request,
+                    response: AskVqa.Response) -> AskVqa.Response:
         question = request.question.strip()
         camera = request.camera.strip() or self.cfg.default_camera
         if not question:
@@ -527,6 +670,8 @@ class PlannerNode(Node):
     def _on_goal(self, goal: RunTask.Goal) -> GoalResponse:
         if not goal.task.strip():
             self.get_logger().error('RunTask goal rejected: empty task')
+            return GoalResponse.REJECT
+        if self._refuse_text(goal.task, 'RunTask goal'):
             return GoalResponse.REJECT
         return GoalResponse.ACCEPT
 

@@ -29,3 +29,10 @@ STATUS = QoSProfile(depth=5, history=HistoryPolicy.KEEP_LAST,
 CLOCK = QoSProfile(depth=1, history=HistoryPolicy.KEEP_LAST,
                    reliability=ReliabilityPolicy.BEST_EFFORT,
                    durability=DurabilityPolicy.VOLATILE)
+
+# Services many clients may call at once (/vqa): the default depth of 10 silently drops the
+# 11th request queued while the executor's threads are busy; the node refuses what it cannot
+# take (busy) instead.
+SERVICE_BURST = QoSProfile(depth=100, history=HistoryPolicy.KEEP_LAST,
+                           reliability=ReliabilityPolicy.RELIABLE,
+                           durability=DurabilityPolicy.VOLATILE)

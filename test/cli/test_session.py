@@ -32,7 +32,10 @@ def test_session_params_route_the_sinks_into_the_session_folder(tmp_path):
     recorder = params['/**/recorder']['ros__parameters']
     assert recorder['output_dir'] == str(folder / 'bags') and recorder['use_sim_time'] is True
     shipped = yaml.safe_load(graph.default_params_file('sim').read_text())
-    assert params['/**/planner'] == shipped['planner']
+    planner = params['/**/planner']['ros__parameters']
+    # A planner restarted in the session resumes from its state file there.
+    assert planner.pop('state_file') == str(folder / 'planner_state.json')
+    assert planner == shipped['planner']['ros__parameters']
 
 
 def test_default_session_folder_is_under_outputs(tmp_path, monkeypatch):

@@ -10,107 +10,26 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 import pytest
-import yaml
 
-from lerobot_lang_msgs.action import RunTask
-from lerobot_lang_msgs.msg import LanguageContext, RuntimeStatus, TaskOutcome
+from lerobot_lang_msgs.msg import RuntimeStatus
 from lerobot_lang_msgs.srv import AskVqa
-from lerobot_lang_nodes import graph
 from lerobot_lang_nodes.nodes import qos
-from lerobot_lang_nodes.testing import NodeProcess, RosProbe, WaitTimeout, stop_popen, wait_until
+from lerobot_lang_nodes.testing import SimGraph, WaitTimeout, stop_popen, wait_until
 
 pytestmark = pytest.mark.slow
 CTRL_HZ = 30.0
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(('127.0.0.1', 0))
-        return sock.getsockname()[1]
-
-
-class Graph:
-    """The sim graph's processes plus a probe subscribed to its state topics."""
-
-    def __init__(self, tmp: Path) -> None:
-        self.tmp = tmp
-        self.dispatch_log = tmp / 'dispatch.jsonl'
-        params = yaml.safe_load(graph.default_params_file('sim').read_text())
-        params['sim_bridge']['ros__parameters']['dispatch_log_path'] = str(self.dispatch_log)
-        self.viewer_port = _free_port()
-        params['viewer']['ros__parameters']['port'] = self.viewer_port
-        self.params_file = tmp / 'sim.yaml'
-        self.params_file.write_text(yaml.safe_dump(params))
-        self.procs: dict[str, NodeProcess] = {}
-        for spec in graph.SIM:
-            argv = [sys.executable, '-m', spec.module, *graph.ros_args(spec, self.params_file)]
-            self.procs[spec.name] = NodeProcess(spec.name, argv, tmp / f'{spec.name}.log')
-        self.probe = RosProbe('sim_graph_probe')
-        self.status = self.probe.subscribe(RuntimeStatus, 'runtime_status', qos.STATUS)
-        self.context = self.probe.subscribe(LanguageContext, 'language_context', qos.LATCHED)
-        self.outcome = self.probe.subscribe(TaskOutcome, 'task_outcome', qos.LATCHED)
-
-    def alive(self) -> list[NodeProcess]:
-        return [p for p in self.procs.values() if p.alive]
-
-    def dispatches(self) -> list[dict]:
-        if not self.dispatch_log.exists():
-            return []
-        lines = self.dispatch_log.read_text().splitlines()
-        return [json.loads(line) for line in lines if line.endswith('}')]
-
-    def run_task_direct(self, task: str):
-        return self.run_task(task, time_limit_s=60.0, timeout_s=240.0, direct=True)
-
-    def run_task(self, task: str, time_limit_s: float, timeout_s: float, direct: bool = False):
-        from rclpy.action import ActionClient
-        client = ActionClient(self.probe.node, RunTask, 'run_task')
-        try:
-            assert client.wait_for_server(timeout_sec=15.0), 'run_task server not found'
-            feedback: list[str] = []
-            done = threading.Event()
-            box: dict = {}
-
-            def on_goal(fut) -> None:
-                handle = fut.result()
-                box['accepted'] = handle.accepted
-                if not handle.accepted:
-                    done.set()
-                    return
-                handle.get_result_async().add_done_callback(
-                    lambda r: (box.update(result=r.result().result), done.set()))
-
-            client.send_goal_async(
-                RunTask.Goal(task=task, time_limit_s=time_limit_s, direct_subtask=direct),
-                feedback_callback=lambda f: feedback.append(f.feedback.subtask)
-            ).add_done_callback(on_goal)
-            if not done.wait(timeout_s):
-                raise WaitTimeout(f'RunTask {task!r} gave no result in {timeout_s} s')
-            return box.get('result'), feedback
-        finally:
-            client.destroy()
-
-    def close(self) -> None:
-        for proc in self.procs.values():
-            proc.stop()
-        self.probe.close()
-
-
 @pytest.fixture(scope='module')
 def sim(tmp_path_factory):
-    g = Graph(tmp_path_factory.mktemp('sim_graph'))
+    g = SimGraph(tmp_path_factory.mktemp('sim_graph'))
     try:
-        procs = list(g.procs.values())
-        for name in ('sim_bridge', 'planner', 'policy'):
-            g.probe.wait_for_node(name, timeout_s=60.0, processes=procs)
-        g.status.wait_for(timeout_s=60.0, what='a runtime_status from sim_bridge')
+        g.wait_ready()
         yield g
     finally:
         g.close()

@@ -189,6 +189,27 @@ class StateUnits:
         return out.reshape(np.shape(values))
 
 
+# The project's own LeRobot policy types. LeRobot knows a type only once the module holding
+# its config class has been imported; a checkpoint's config.json names its type.
+PROJECT_POLICY_TYPES = {
+    'lang_chunk': 'lerobot_lang_nodes.training.configuration_lang_chunk',
+    'two_head': 'lerobot_lang_nodes.hierarchical.configuration_two_head',
+}
+
+
+def register_project_policy_type(model_path: Path) -> None:
+    """Import the config module of the checkpoint's type when it is one of the project's."""
+    import importlib
+    import json
+    try:
+        policy_type = json.loads((model_path / 'config.json').read_text()).get('type')
+    except (OSError, ValueError, AttributeError):
+        return  # PreTrainedConfig.from_pretrained reports the broken file with its reason
+    module = PROJECT_POLICY_TYPES.get(policy_type)
+    if module:
+        importlib.import_module(module)
+
+
 class LeRobotPolicy:
     """Policy backend for any LeRobot-registered policy type (ACT, Diffusion, SmolVLA, PI0...)."""
 
@@ -214,6 +235,7 @@ class LeRobotPolicy:
         if device == 'auto':
             device = 'cuda' if torch.cuda.is_available() else 'cpu'
         self.device = torch.device(device)
+        register_project_policy_type(self.model_path)
         try:
             config = PreTrainedConfig.from_pretrained(self.model_path)
         except Exception as exc:  # noqa: BLE001 - draccus / JSON raise many types

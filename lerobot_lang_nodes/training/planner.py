@@ -1,0 +1,503 @@
+"""Train a tiny vision-language planner from an exported dataset's language columns, on CPU.
+
+``python -m lerobot_lang_nodes.training.planner DATASET OUT_DIR --steps 300``
+
+What it learns: the planner node's subtask turn. At frame ``t`` of an episode the answer is
+the subtask active at ``t`` (the ``language_persistent`` subtask row with the latest timestamp
+<= t, LeRobot's ``active_at``); the prompt is what the planner would have sent just before
+deciding at ``t``: the task, the plan active at ``t``, and the subtask and memory active at
+the frame before (the planner's current subtask and memory), with the frames of
+``image_cameras`` at ``t``. When the dataset has them, the memory turns (each memory change:
+previous memory and completed subtask -> new memory) and the interjection turns (task and
+interjection, with the frames -> the new plan and ``<say>`` speech) are learned too.
+
+Identical rendering at training and deployment: the messages come from the planner's own
+prompt builders (core/prompts.py) with the same prompt templates (``config/prompts.yaml``
+unless ``--prompts-file``), the camera frames are attached by the `transformers` backend's own
+``_with_frames``, and tiny_models/vlm.py renders them through the backend's chat conversion
+and the checkpoint's chat template. The model is vlm.py's tiny Idefics3, with a tokenizer
+trained on the dataset's texts; ``save_pretrained`` writes it for the `transformers` backend.
+
+Frames: consecutive frames with the same prompt text and answer form a segment; up to
+``frames_per_segment`` frames spread over each segment are used (their images differ, the
+text does not), so a long stretch of one subtask does not drown the moments it changes.
+
+torch and transformers are imported only inside the functions; importing this module is cheap.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import logging
+import os
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+from lerobot_lang_nodes.training.data import (EVENTS_KEY, IMAGE_PREFIX, PERSISTENT_KEY,
+                                              DatasetError, SettingsError, check_dataset,
+                                              check_output_dir, language_at, previous_row,
+                                              rows_of)
+
+logger = logging.getLogger(__name__)
+
+KINDS = ('subtask', 'memory', 'interjection')
+SUMMARY_FILE = 'training_summary.json'
+PROMPTS_FILE = 'prompts.yaml'
+REPO_ID = 'local/lerobot_lang_dataset'
+VISION_SIZE = 32  # the tiny Idefics3's image side: one image token per frame
+
+
+@dataclass
+class Frame:
+    """The text columns of one dataset frame (no pixels)."""
+
+    index: int
+    episode: int
+    timestamp: float
+    task: str
+    persistent: list[dict] = field(default_factory=list)
+    events: list[dict] = field(default_factory=list)
+
+
+@dataclass
+class Candidate:
+    """One training example before its frames are decoded."""
+
+    kind: str
+    messages: list[dict]
+    target: str
+    frame: int  # dataset index whose images go with it (-1: no images)
+
+
+@dataclass(frozen=True)
+class _PlannerView:
+    """What `TransformersPlanner._with_frames` reads from its instance, for a VLM checkpoint."""
+
+    image_cameras: tuple[str, ...]
+    checkpoint: Any = field(default_factory=lambda: SimpleNamespace(kind='vlm'))
+
+
+def _scalar(value: Any) -> float:
+    return float(value.item() if hasattr(value, 'item') else value)
+
+
+def read_frames(dataset: Any) -> list[Frame]:
+    """The text columns of every frame, read without decoding any video."""
+    columns = ['episode_index', 'timestamp', 'task_index']
+    names = set(dataset.hf_dataset.column_names)
+    columns += [c for c in (PERSISTENT_KEY, EVENTS_KEY) if c in names]
+    table = dataset.hf_dataset.select_columns(columns)
+    tasks = dataset.meta.tasks
+    frames = []
+    for i in range(len(table)):
+        row = table[i]
+        frames.append(Frame(index=i, episode=int(_scalar(row['episode_index'])),
+                            timestamp=_scalar(row['timestamp']),
+                            task=str(tasks.iloc[int(_scalar(row['task_index']))].name),
+                            persistent=list(row.get(PERSISTENT_KEY) or []),
+                            events=list(row.get(EVENTS_KEY) or [])))
+    return frames
+
+
+def _spread(start: int, stop: int, count: int) -> list[int]:
+    """Up to ``count`` indices spread evenly over [start, stop), both ends included."""
+    n = stop - start
+    if count <= 1 or n <= 1:
+        return [start]
+    if n <= count:
+        return list(range(start, stop))
+    return sorted({start + round(k * (n - 1) / (count - 1)) for k in range(count)})
+
+
+def task_start_episodes(frames: Sequence[Frame]) -> set[int]:
+    """Episodes whose first frame starts a task (the previous episode had another task).
+
+    The language an episode starts with was generated there only if so; after a reset or a
+    gap within one task it was inherited from before the episode.
+    """
+    out: set[int] = set()
+    previous_task = None
+    previous_episode = None
+    for frame in frames:
+        if frame.episode != previous_episode and frame.task != previous_task:
+            out.add(frame.episode)
+        previous_task, previous_episode = frame.task, frame.episode
+    return out
+
+
+def subtask_candidates(frames: Sequence[Frame], templates: Any,
+                       frames_per_segment: int) -> list[Candidate]:
+    """The subtask turn at every frame, grouped into segments and spread (module doc)."""
+    from lerobot_lang_nodes.core import prompts
+
+    starts = task_start_episodes(frames)
+    keyed: list[tuple[Frame, tuple, Candidate]] = []
+    prev: Frame | None = None
+    for frame in frames:
+        before = prev if prev is not None and prev.episode == frame.episode else None
+        prev = frame
+        now = language_at(frame.persistent, frame.timestamp)
+        if not now.subtask or not frame.task:
+            continue
+        # A new task starts with no subtask and no memory (LanguageState.set_task clears them).
+        current, prior = '', ''
+        memory = '' if frame.episode in starts else now.memory
+        if before is not None:
+            then = language_at(frame.persistent, before.timestamp)
+            current, memory = then.subtask, then.memory
+            prior = previous_row(frame.persistent, before.timestamp, 'subtask')
+        messages = prompts.subtask_messages(frame.task, now.plan, memory, current, prior,
+                                            templates)
+        key = (frame.episode, json.dumps(messages, sort_keys=True), now.subtask)
+        keyed.append((frame, key, Candidate('subtask', messages, now.subtask, frame.index)))
+    out: list[Candidate] = []
+    i = 0
+    while i < len(keyed):
+        j = i
+        while j + 1 < len(keyed) and keyed[j + 1][1] == keyed[i][1] \
+                and keyed[j + 1][0].index == keyed[j][0].index + 1:
+            j += 1
+        for k in _spread(i, j + 1, frames_per_segment):
+            out.append(keyed[k][2])
+        i = j + 1
+    return out
+
+
+def memory_candidates(frames: Sequence[Frame], templates: Any) -> list[Candidate]:
+    """Each memory change: previous memory + completed subtask -> the new memory.
+
+    A memory row on an episode's first frame is the task's first memory (prompted with the
+    task alone) where the episode starts its task, and is left out where it was inherited.
+    """
+    from lerobot_lang_nodes.core import prompts
+
+    first: dict[int, Frame] = {}
+    for frame in frames:
+        first.setdefault(frame.episode, frame)
+    starts = task_start_episodes(frames)
+    seen: set[str] = set()
+    out = []
+    for episode, frame in first.items():
+        for row in rows_of(frame.persistent, 'memory'):
+            t = float(row['timestamp'])
+            content = str(row.get('content') or '').strip()
+            if not content or (t <= frame.timestamp and episode not in starts):
+                continue
+            messages = prompts.memory_messages(
+                frame.task, previous_row(frame.persistent, t, 'memory'),
+                previous_row(frame.persistent, t, 'subtask'), templates)
+            key = json.dumps([messages, content], sort_keys=True)
+            if key not in seen:
+                seen.add(key)
+                out.append(Candidate('memory', messages, content, -1))
+    return out
+
+
+def interjection_candidates(frames: Sequence[Frame], templates: Any) -> list[Candidate]:
+    """Each interjection event: (task, interjection, plan before) -> 'plan <say>speech</say>'.
+
+    The exporter stores the planner's reply (its speech and new plan) on the interjection's
+    frame, so the answer is the plan row at that frame and the speech event beside it.
+    """
+    from lerobot_lang_nodes.core import prompts
+
+    out = []
+    for frame in frames:
+        users = [e for e in frame.events if e.get('style') == 'interjection'
+                 and e.get('role') == 'user' and e.get('content')]
+        if not users:
+            continue
+        plan = language_at(frame.persistent, frame.timestamp).plan
+        if not plan:
+            continue
+        speech = ''
+        for event in frame.events:
+            for call in event.get('tool_calls') or []:
+                function = call.get('function') if isinstance(call, dict) else None
+                if isinstance(function, dict) and function.get('name') == 'say':
+                    args = function.get('arguments') or {}
+                    if isinstance(args, str):
+                        args = json.loads(args or '{}')
+                    speech = str(args.get('text') or '')
+        before = previous_row(frame.persistent, frame.timestamp, 'plan')
+        target = f'{plan} <say>{speech}</say>' if speech else plan
+        for user in users:
+            messages = prompts.interjection_messages(frame.task, str(user['content']), before,
+                                                     templates)
+            out.append(Candidate('interjection', messages, target, frame.index))
+    return out
+
+
+def _rgb(image: Any) -> Any:
+    """(3, H, W) float [0, 1] from the dataset -> H x W x 3 uint8, as a camera publishes."""
+    import torch
+    rgb = (image.clamp(0, 1) * 255).round().to(torch.uint8)
+    return rgb.permute(1, 2, 0).contiguous().numpy()
+
+
+def _attach_frames(candidates: Sequence[Candidate], dataset: Any,
+                   cameras: Sequence[str]) -> list[tuple[list[dict], str]]:
+    """(messages, target) with each candidate's camera frames, attached as the backend does."""
+    from lerobot_lang_nodes.backends.planners.transformers_planner import TransformersPlanner
+
+    view = _PlannerView(tuple(cameras))
+    decoded: dict[int, dict[str, Any]] = {}
+    out = []
+    for cand in candidates:
+        messages = cand.messages
+        if cand.frame >= 0 and cameras:
+            if cand.frame not in decoded:
+                item = dataset[cand.frame]
+                decoded[cand.frame] = {c: _rgb(item[IMAGE_PREFIX + c]) for c in cameras}
+            messages = TransformersPlanner._with_frames(view, cand.kind, messages,
+                                                        {'images': decoded[cand.frame]})
+        out.append((messages, cand.target))
+    return out
+
+
+def example_loss(model_dir: Path, examples: Sequence[tuple[list[dict], str]],
+                 system_prompt: str, image_size: int) -> float:
+    """Mean per-example loss on the answers (teacher forcing), encoded as vlm.train does."""
+    import torch
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+
+    from lerobot_lang_nodes.tiny_models import vlm
+
+    processor = AutoProcessor.from_pretrained(model_dir)
+    model = AutoModelForImageTextToText.from_pretrained(model_dir, dtype=torch.float32).eval()
+    losses = []
+    with torch.no_grad():
+        for messages, target in examples:
+            enc = vlm._encode(processor, messages, target, system_prompt, image_size)
+            ids = torch.tensor([enc['prompt'] + enc['tail']])
+            labels = torch.full_like(ids, -100)
+            labels[0, len(enc['prompt']):] = torch.tensor(enc['tail'])
+            extra = {'pixel_values': enc['pixel_values']} if enc['n_images'] else {}
+            losses.append(float(model(input_ids=ids, attention_mask=torch.ones_like(ids),
+                                      labels=labels, **extra).loss))
+    return sum(losses) / max(1, len(losses))
+
+
+def train_planner(dataset_dir: str | Path, output_dir: str | Path, *, steps: int = 300,
+                  seed: int = 0, cameras: Sequence[str] = ('front',), image_size: int = 0,
+                  frames_per_segment: int = 3, max_examples: int = 256,
+                  kinds: Sequence[str] = KINDS, prompts_file: str | Path = '',
+                  system_prompt: str | None = None, lr: float = 3e-3,
+                  check_examples: int = 8) -> dict[str, Any]:
+    """Train the tiny VLM planner on the dataset in ``dataset_dir``; save it to ``output_dir``.
+
+    ``cameras`` and ``image_size`` must be the deploying planner's ``image_cameras`` and
+    ``image_size`` (the node's defaults: front, 0 = frames as they come). ``max_examples``
+    bounds the examples (spread evenly over the dataset): tiny_models/vlm.py fits all examples
+    of a step at once, so it is also the batch. ``check_examples`` subtask examples are then
+    answered by the `transformers` backend itself (greedy) and the exact matches counted.
+    Raises DatasetError (bad dataset or output folder) and SettingsError (bad settings).
+    """
+    if steps < 1 or frames_per_segment < 1 or max_examples < 1:
+        raise SettingsError(f'steps ({steps}), frames_per_segment ({frames_per_segment}) and '
+                            f'max_examples ({max_examples}) must be >= 1')
+    bad = [k for k in kinds if k not in KINDS]
+    if bad or 'subtask' not in kinds:
+        raise SettingsError(f'kinds {list(kinds)}: expected subtask plus any of {list(KINDS)}')
+    if image_size < 0:
+        raise SettingsError(f'image_size must be >= 0 (0 = frames as they come), got '
+                            f'{image_size}')
+    info = check_dataset(dataset_dir, need_cameras=bool(cameras), need_language=True)
+    missing = [c for c in cameras if c not in info.cameras]
+    if missing:
+        raise DatasetError(f'dataset folder {str(info.root)!r} has no camera {missing}; its '
+                           f'cameras are {list(info.cameras)}')
+    out = check_output_dir(output_dir)
+    templates, templates_path = _templates(prompts_file, system_prompt)
+
+    t0 = time.monotonic()
+    from lerobot.datasets.lerobot_dataset import LeRobotDataset
+
+    from lerobot_lang_nodes.tiny_models import vlm
+
+    dataset = LeRobotDataset(REPO_ID, root=info.root, video_backend='pyav')
+    frames = read_frames(dataset)
+    candidates = subtask_candidates(frames, templates, frames_per_segment)
+    if not candidates:
+        raise DatasetError(f'dataset folder {str(info.root)!r} has no frame with both a task '
+                           'and an active subtask in language_persistent; nothing to learn')
+    if 'memory' in kinds:
+        candidates += memory_candidates(frames, templates)
+    if 'interjection' in kinds:
+        candidates += interjection_candidates(frames, templates)
+    if len(candidates) > max_examples:
+        keep = _spread(0, len(candidates), max_examples)
+        candidates = [candidates[k] for k in keep]
+    examples = _attach_frames(candidates, dataset, cameras)
+    counts = {k: sum(c.kind == k for c in candidates) for k in KINDS}
+    load_s = time.monotonic() - t0
+    logger.info('%d examples (%s) from %d frames of %d episodes in %.1f s', len(examples),
+                counts, len(frames), len({f.episode for f in frames}), load_s)
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=f'.{out.name}.partial-', dir=out.parent))
+    try:
+        model_dir = work / 'model'
+        vlm.build_tiny_vlm(model_dir, vlm.example_texts(examples, templates.system_prompt),
+                           image_size=VISION_SIZE, seed=seed)
+        loss_start = example_loss(model_dir, examples, templates.system_prompt, image_size)
+        train_start = time.monotonic()
+        vlm.train(model_dir, examples, system_prompt=templates.system_prompt,
+                  image_size=image_size, steps=steps, lr=lr, seed=seed)
+        train_s = time.monotonic() - train_start
+        loss_end = example_loss(model_dir, examples, templates.system_prompt, image_size)
+        _write_templates(model_dir / PROMPTS_FILE, templates)
+        checked, matched = _check(model_dir, examples, candidates, cameras, image_size,
+                                  check_examples)
+        summary = {
+            'model_type': 'idefics3', 'dataset': str(info.root), 'output_dir': str(out),
+            'frames': len(frames), 'frames_used': len({c.frame for c in candidates
+                                                       if c.frame >= 0}),
+            'episodes': len({f.episode for f in frames}), 'examples': counts,
+            'subtasks': sorted({c.target for c in candidates if c.kind == 'subtask'}),
+            'steps': steps, 'seed': seed, 'lr': lr, 'loss_start': loss_start,
+            'loss_end': loss_end, 'checked': checked, 'exact_matches': matched,
+            'load_s': round(load_s, 2), 'train_s': round(train_s, 2),
+            # What the planner node must be given to render prompts as they were trained.
+            'planner_parameters': {'backend': 'transformers', 'model_path': str(out),
+                                   'image_cameras': list(cameras), 'image_size': image_size,
+                                   'prompts_file': str(out / PROMPTS_FILE),
+                                   'templates_from': str(templates_path)},
+        }
+        summary['wall_s'] = round(time.monotonic() - t0, 2)
+        (model_dir / SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + '\n')
+        if out.exists():
+            out.rmdir()
+        os.replace(model_dir, out)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return summary
+
+
+def _templates(prompts_file: str | Path, system_prompt: str | None) -> tuple[Any, Path]:
+    """The planner's prompt templates (its default file unless one is given)."""
+    from lerobot_lang_nodes import paths
+    from lerobot_lang_nodes.core import prompts
+    from lerobot_lang_nodes.core.errors import ConfigError
+
+    path = Path(prompts_file) if prompts_file else paths.config_path(PROMPTS_FILE)
+    try:
+        return prompts.load_templates(path, system_prompt), path
+    except ConfigError as exc:
+        raise SettingsError(str(exc)) from exc
+
+
+def _write_templates(path: Path, templates: Any) -> None:
+    """Save the templates used, so the planner can be pointed at exactly them."""
+    import yaml
+    data = dataclasses.asdict(templates)
+    path.write_text('# Prompt templates this planner was trained with (its prompts_file).\n'
+                    + yaml.safe_dump(data, sort_keys=False, allow_unicode=True))
+
+
+def _check(model_dir: Path, examples: Sequence[tuple[list[dict], str]],
+           candidates: Sequence[Candidate], cameras: Sequence[str], image_size: int,
+           count: int) -> tuple[int, int]:
+    """Answer up to ``count`` subtask examples with the `transformers` backend; (asked, right)."""
+    if count <= 0:
+        return 0, 0
+    from lerobot_lang_nodes.backends.planners.transformers_planner import TransformersPlanner
+
+    picks = [i for i, c in enumerate(candidates) if c.kind == 'subtask']
+    picks = [picks[k] for k in _spread(0, len(picks), count)] if picks else []
+    planner = TransformersPlanner(SimpleNamespace(
+        model_path=str(model_dir), model_kind='vlm', gguf_file='', device='cpu', dtype='float32',
+        image_cameras=tuple(cameras), image_size=image_size, max_new_tokens=48,
+        generation_timeout_s=0.0, system_prompt='', prompts_file=str(model_dir / PROMPTS_FILE),
+        candidates=(), candidates_file='', min_new_tokens=0, temperature=0.0, top_p=1.0))
+    right = 0
+    for i in picks:
+        cand = candidates[i]
+        images = _images_of(examples[i][0])
+        answer = planner.generate('subtask', cand.messages, {'images': images})
+        right += answer == cand.target
+    planner.close()
+    return len(picks), right
+
+
+def _images_of(messages: Sequence[dict]) -> dict[str, Any]:
+    """Camera name -> frame of the image parts of a message list."""
+    out = {}
+    for message in messages:
+        content = message.get('content')
+        if isinstance(content, list):
+            for part in content:
+                if part.get('type') == 'image':
+                    out[part.get('camera', '')] = part['image']
+    return out
+
+
+# --- command line -----------------------------------------------------------------------------
+def add_arguments(_name: str, p: argparse.ArgumentParser) -> None:
+    p.add_argument('dataset', help='LeRobot v3.0 dataset folder with language columns '
+                                   '(lerobot-lang export)')
+    p.add_argument('output', help='model folder to create (must not exist or be empty)')
+    p.add_argument('--steps', type=int, default=300, help='optimizer steps (default 300)')
+    p.add_argument('--seed', type=int, default=0, help='random seed (default 0)')
+    p.add_argument('--cameras', default='front',
+                   help="comma-separated cameras shown to the planner: its image_cameras "
+                        "(default front; '' = text only)")
+    p.add_argument('--image-size', type=int, default=0,
+                   help="the planner's image_size (default 0: frames as they come)")
+    p.add_argument('--frames-per-segment', type=int, default=3,
+                   help='frames used per stretch of one prompt and answer (default 3)')
+    p.add_argument('--max-examples', type=int, default=256,
+                   help='most examples (all are fitted at every step; default 256)')
+    p.add_argument('--kinds', default=','.join(KINDS),
+                   help=f'turns to learn (default {",".join(KINDS)}; subtask is required)')
+    p.add_argument('--prompts-file', default='',
+                   help="prompt templates (default: the planner's config/prompts.yaml)")
+    p.add_argument('--lr', type=float, default=3e-3, help='learning rate (default 3e-3)')
+    p.add_argument('--check', type=int, default=8,
+                   help='subtask examples answered by the planner backend after training')
+
+
+def run(_name: str, args: argparse.Namespace) -> int:
+    os.environ.setdefault('HF_HUB_OFFLINE', '1')  # everything is local; never reach the hub
+    logging.basicConfig(level=logging.INFO, format='%(message)s')
+    try:
+        summary = train_planner(
+            args.dataset, args.output, steps=args.steps, seed=args.seed,
+            cameras=tuple(c for c in args.cameras.split(',') if c),
+            image_size=args.image_size, frames_per_segment=args.frames_per_segment,
+            max_examples=args.max_examples,
+            kinds=tuple(k for k in args.kinds.split(',') if k),
+            prompts_file=args.prompts_file, lr=args.lr, check_examples=args.check)
+    except (DatasetError, SettingsError) as exc:
+        print(f'train-planner: {exc}', file=sys.stderr)
+        return 2
+    params = summary['planner_parameters']
+    kinds = ', '.join(f'{k} {n}' for k, n in summary['examples'].items() if n)
+    print(f"trained the planner on {sum(summary['examples'].values())} examples ({kinds}) "
+          f"from {summary['frames']} "
+          f"frames of {summary['episodes']} episode(s) in {summary['wall_s']:.1f} s: loss "
+          f"{summary['loss_start']:.4f} -> {summary['loss_end']:.4f}; "
+          f"{summary['exact_matches']}/{summary['checked']} subtasks answered exactly. Model "
+          f"{summary['output_dir']}; run the planner with image_cameras "
+          f"{params['image_cameras']}, image_size {params['image_size']}, prompts_file "
+          f"{params['prompts_file']}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m lerobot_lang_nodes.training.planner DATASET OUT_DIR [options]`."""
+    from lerobot_lang_nodes.cli.main import run_one
+    return run_one('train-planner', sys.modules[__name__], argv)
+
+
+if __name__ == '__main__':
+    sys.exit(main())

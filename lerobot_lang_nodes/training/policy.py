@@ -1,0 +1,339 @@
+"""Train the language-conditioned action policy (`lang_chunk`) from an exported dataset, on CPU.
+
+``python -m lerobot_lang_nodes.training.policy DATASET OUT_DIR --steps 3000``
+
+Input: a LeRobot v3.0 dataset written by `lerobot-lang export ... --units lerobot` (camera
+videos, ``observation.state`` / ``action`` in LeRobot's SO-101 units, the ``task`` and the
+``language_persistent`` rows). Only the dataset is read, never simulator ground truth.
+
+Output: a LeRobot checkpoint directory (config.json, model.safetensors, the saved pre- and
+post-processors with their normalisation statistics, plus ``training_summary.json``) that the
+`lerobot` policy backend loads as it loads a user's checkpoint (``--policy-path OUT_DIR``).
+
+LeRobot's own training pieces do the work, as lerobot-train uses them: ``LeRobotDataset`` with
+the delta timestamps of the policy config (action chunks and their ``action_is_pad``),
+``make_pre_post_processors`` with the dataset's statistics, the config's optimizer and
+scheduler presets, gradient clipping at the preset's norm, ``save_pretrained``. Two things
+differ, on purpose:
+
+* The instruction. Each sample's ``task`` is replaced by the text the policy node sends at run
+  time for that moment: ``action_instruction(task, subtask)`` (core/prompts.py), i.e. the
+  subtask active at the frame (LeRobot's ``active_at`` over ``language_persistent``), else
+  the task. Trained on the episode task alone, the policy would never see the subtask texts it
+  is conditioned on when deployed under the planner.
+* Frames are decoded once. Every frame is read through the dataset once, its images resized
+  to the policy's small input size (the bilinear, antialiased resize the backend applies to
+  camera frames) and kept in memory as uint8; the steps then sample from that cache. Decoding
+  AV1 video for every sample of every step would cost far more than the model on a CPU.
+
+torch and LeRobot are imported only inside the functions; importing this module is cheap.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from lerobot_lang_nodes.training.data import (ACTION_KEY, IMAGE_PREFIX, PERSISTENT_KEY,
+                                              STATE_KEY, DatasetError, DatasetInfo,
+                                              SettingsError, check_dataset, check_output_dir,
+                                              check_so101_units, language_at)
+
+logger = logging.getLogger(__name__)
+
+INSTRUCTIONS = ('subtask', 'task')
+SUMMARY_FILE = 'training_summary.json'
+# A placeholder name: LeRobot needs a repo id, and the dataset is read from its folder only.
+REPO_ID = 'local/lerobot_lang_dataset'
+
+
+def small_image_shape(height: int, width: int, longest_edge: int) -> tuple[int, int]:
+    """(h, w) with the longer side ``longest_edge`` and the aspect ratio kept (>= 8 pixels)."""
+    if longest_edge <= 0 or max(height, width) <= longest_edge:
+        return height, width
+    scale = longest_edge / max(height, width)
+    return max(8, round(height * scale)), max(8, round(width * scale))
+
+
+def train_policy(dataset_dir: str | Path, output_dir: str | Path, *, steps: int = 3000,
+                 batch_size: int = 32, seed: int = 0, chunk_size: int = 20,
+                 n_action_steps: int | None = None, image_size: int = 64,
+                 instruction: str = 'subtask', lr: float | None = None, device: str = 'cpu',
+                 num_threads: int = 0, eval_frames: int = 256,
+                 log_every: int = 200) -> dict[str, Any]:
+    """Train `lang_chunk` on the dataset in ``dataset_dir``; save it to ``output_dir``.
+
+    ``image_size`` is the longest image side the policy runs at; ``instruction`` 'subtask'
+    conditions on the active subtask (else the task), 'task' on the episode task only (for a
+    policy node with ``condition_on: task``). ``num_threads`` 0 keeps torch's default.
+    ``loss_start`` / ``loss_end`` in the summary are the loss on a fixed set of up to
+    ``eval_frames`` frames, in eval mode, before the first and after the last step.
+    Raises DatasetError (bad dataset or output folder) and SettingsError (bad settings).
+    """
+    t0 = time.monotonic()
+    if steps < 1 or batch_size < 1:
+        raise SettingsError(f'steps ({steps}) and batch_size ({batch_size}) must be >= 1')
+    if instruction not in INSTRUCTIONS:
+        raise SettingsError(f'instruction is {instruction!r}; expected one of '
+                            f'{list(INSTRUCTIONS)}')
+    info = check_dataset(dataset_dir, need_cameras=True)
+    check_so101_units(info)
+    out = check_output_dir(output_dir)
+    import torch
+
+    threads = torch.get_num_threads()
+    if num_threads > 0:
+        torch.set_num_threads(num_threads)
+    try:
+        summary = _train(info, out, steps=steps, batch_size=batch_size, seed=seed,
+                         chunk_size=chunk_size, n_action_steps=n_action_steps or chunk_size,
+                         image_size=image_size, instruction=instruction, lr=lr, device=device,
+                         eval_frames=eval_frames, log_every=log_every, t0=t0)
+    finally:
+        torch.set_num_threads(threads)
+    return summary
+
+
+def _config(info: DatasetInfo, *, chunk_size: int, n_action_steps: int, image_size: int,
+            lr: float | None, device: str) -> Any:
+    from lerobot.configs import FeatureType, PolicyFeature
+
+    from lerobot_lang_nodes.training.configuration_lang_chunk import LangChunkConfig
+
+    inputs = {STATE_KEY: PolicyFeature(FeatureType.STATE, (len(info.state_names),))}
+    for camera in info.cameras:
+        height, width, _ = info.image_shape(camera)
+        h, w = small_image_shape(height, width, image_size)
+        inputs[IMAGE_PREFIX + camera] = PolicyFeature(FeatureType.VISUAL, (3, h, w))
+    extra = {'optimizer_lr': lr} if lr else {}
+    try:
+        return LangChunkConfig(
+            device=device, chunk_size=chunk_size, n_action_steps=n_action_steps,
+            action_feature_names=info.action_names, input_features=inputs,
+            output_features={ACTION_KEY: PolicyFeature(FeatureType.ACTION,
+                                                       (len(info.action_names),))}, **extra)
+    except ValueError as exc:  # the config's own checks (chunk sizes, ...)
+        raise SettingsError(str(exc)) from exc
+
+
+class FrameCache:
+    """Every frame of the dataset once: small uint8 images, state, action chunk, instruction."""
+
+    def __init__(self, dataset: Any, config: Any, instruction: str) -> None:
+        import torch
+        import torch.nn.functional as F  # noqa: N812 - the usual torch alias
+
+        from lerobot_lang_nodes.core.prompts import action_instruction
+
+        n = len(dataset)
+        self.image_keys = sorted(config.image_features)
+        shapes = {k: tuple(config.image_features[k].shape) for k in self.image_keys}
+        self.images = {k: torch.empty((n, *shapes[k]), dtype=torch.uint8)
+                       for k in self.image_keys}
+        n_state = config.robot_state_feature.shape[0]
+        n_act = config.action_feature.shape[0]
+        self.state = torch.empty((n, n_state), dtype=torch.float32)
+        self.action = torch.empty((n, config.chunk_size, n_act), dtype=torch.float32)
+        self.action_is_pad = torch.zeros((n, config.chunk_size), dtype=torch.bool)
+        self.texts: list[str] = []
+        self.episodes: set[int] = set()
+        start = time.monotonic()
+        for i in range(n):
+            item = dataset[i]
+            for key in self.image_keys:
+                _, h, w = shapes[key]
+                img = item[key].to(torch.float32).unsqueeze(0)
+                if tuple(img.shape[-2:]) != (h, w):
+                    # The resize the lerobot backend applies to camera frames.
+                    img = F.interpolate(img, size=(h, w), mode='bilinear', antialias=True,
+                                        align_corners=False)
+                self.images[key][i] = (img[0] * 255).round().clamp(0, 255).to(torch.uint8)
+            self.state[i] = item[STATE_KEY]
+            self.action[i] = item[ACTION_KEY].reshape(config.chunk_size, n_act)
+            if 'action_is_pad' in item:
+                self.action_is_pad[i] = item['action_is_pad']
+            task = str(item.get('task') or '')
+            if instruction == 'subtask':
+                lang = language_at(item.get(PERSISTENT_KEY), float(item['timestamp']))
+                task = action_instruction((task, lang.subtask))
+            self.texts.append(task)
+            self.episodes.add(int(item['episode_index']))
+            if (i + 1) % 1000 == 0:
+                logger.info('decoded %d / %d frames (%.0f s)', i + 1, n,
+                            time.monotonic() - start)
+
+    def __len__(self) -> int:
+        return len(self.texts)
+
+    def batch(self, index: Any) -> dict[str, Any]:
+        """The raw (unnormalised) batch of the frames ``index``, as a dataloader gives it."""
+        out: dict[str, Any] = {STATE_KEY: self.state[index], ACTION_KEY: self.action[index],
+                               'action_is_pad': self.action_is_pad[index],
+                               'task': [self.texts[int(i)] for i in index]}
+        for key in self.image_keys:
+            out[key] = self.images[key][index].to(out[STATE_KEY].dtype) / 255.0
+        return out
+
+
+def _train(info: DatasetInfo, out: Path, *, steps: int, batch_size: int, seed: int,
+           chunk_size: int, n_action_steps: int, image_size: int, instruction: str,
+           lr: float | None, device: str, eval_frames: int, log_every: int,
+           t0: float) -> dict[str, Any]:
+    import torch
+
+    from lerobot.datasets.factory import resolve_delta_timestamps
+    from lerobot.datasets.lerobot_dataset import LeRobotDataset, LeRobotDatasetMetadata
+    from lerobot.policies.factory import make_pre_post_processors
+
+    from lerobot_lang_nodes.training.modeling_lang_chunk import LangChunkPolicy
+
+    torch.manual_seed(seed)
+    gen = torch.Generator().manual_seed(seed)
+    config = _config(info, chunk_size=chunk_size, n_action_steps=n_action_steps,
+                     image_size=image_size, lr=lr, device=device)
+    meta = LeRobotDatasetMetadata(REPO_ID, root=info.root)
+    dataset = LeRobotDataset(REPO_ID, root=info.root,
+                             delta_timestamps=resolve_delta_timestamps(config, meta),
+                             video_backend='pyav')
+    cache = FrameCache(dataset, config, instruction)
+    load_s = time.monotonic() - t0
+    logger.info('%d frames of %d episodes decoded in %.1f s; %d distinct instructions',
+                len(cache), len(cache.episodes), load_s, len(set(cache.texts)))
+
+    preprocessor, postprocessor = make_pre_post_processors(config,
+                                                           dataset_stats=dataset.meta.stats)
+    policy = LangChunkPolicy(config).to(device)
+    optimizer_cfg = config.get_optimizer_preset()
+    optimizer = optimizer_cfg.build(policy.get_optim_params())
+    scheduler = config.get_scheduler_preset().build(optimizer, steps)
+
+    n = len(cache)
+    eval_index = torch.linspace(0, n - 1, min(n, max(1, eval_frames))).round().long().unique()
+
+    def eval_loss() -> float:
+        policy.eval()
+        with torch.no_grad():
+            loss, _ = policy.forward(preprocessor(cache.batch(eval_index)))
+        return float(loss)
+
+    loss_start = eval_loss()
+    train_start = time.monotonic()
+    order = torch.randperm(n, generator=gen)
+    cursor = 0
+    losses: list[float] = []
+    for step in range(steps):
+        if cursor + batch_size > n:
+            order, cursor = torch.randperm(n, generator=gen), 0
+        index = order[cursor:cursor + batch_size]
+        cursor += batch_size
+        policy.train()
+        loss, _ = policy.forward(preprocessor(cache.batch(index)))
+        optimizer.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(policy.parameters(), optimizer_cfg.grad_clip_norm)
+        optimizer.step()
+        scheduler.step()
+        losses.append(float(loss.detach()))
+        if log_every > 0 and ((step + 1) % log_every == 0 or step == 0):
+            logger.info('step %d / %d: loss %.4f, lr %.2e', step + 1, steps, losses[-1],
+                        scheduler.get_last_lr()[0])
+    train_s = time.monotonic() - train_start
+    loss_end = eval_loss()
+    policy.eval()
+
+    summary = {
+        'policy_type': config.type, 'dataset': str(info.root), 'output_dir': str(out),
+        'frames': n, 'episodes': len(cache.episodes), 'fps': info.fps,
+        'cameras': list(info.cameras), 'image_shape': list(config.image_features[
+            cache.image_keys[0]].shape) if cache.image_keys else [],
+        'instruction': instruction, 'instructions': sorted(set(cache.texts)),
+        'steps': steps, 'batch_size': batch_size, 'seed': seed, 'chunk_size': chunk_size,
+        'n_action_steps': n_action_steps,
+        'parameters': sum(p.numel() for p in policy.parameters()),
+        'loss_start': loss_start, 'loss_end': loss_end,
+        'train_loss_first': losses[0], 'train_loss_last': sum(losses[-10:]) / len(losses[-10:]),
+        'load_s': round(load_s, 2), 'train_s': round(train_s, 2),
+    }
+    _save(out, policy, preprocessor, postprocessor, summary, t0)
+    return summary
+
+
+def _save(out: Path, policy: Any, preprocessor: Any, postprocessor: Any,
+          summary: dict[str, Any], t0: float) -> None:
+    """Write into a hidden sibling folder, renamed to ``out`` only once complete."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=f'.{out.name}.partial-', dir=out.parent))
+    try:
+        target = work / 'checkpoint'
+        policy.save_pretrained(target)
+        preprocessor.save_pretrained(target)
+        postprocessor.save_pretrained(target)
+        summary['wall_s'] = round(time.monotonic() - t0, 2)
+        (target / SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + '\n')
+        if out.exists():
+            out.rmdir()
+        os.replace(target, out)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+# --- command line -----------------------------------------------------------------------------
+def add_arguments(_name: str, p: argparse.ArgumentParser) -> None:
+    p.add_argument('dataset', help='LeRobot v3.0 dataset folder (lerobot-lang export ... '
+                                   '--units lerobot)')
+    p.add_argument('output', help='checkpoint folder to create (must not exist or be empty)')
+    p.add_argument('--steps', type=int, default=3000, help='optimizer steps (default 3000)')
+    p.add_argument('--batch-size', type=int, default=32, help='frames per step (default 32)')
+    p.add_argument('--seed', type=int, default=0, help='random seed (default 0)')
+    p.add_argument('--chunk-size', type=int, default=20,
+                   help='actions predicted per inference, at the dataset fps (default 20)')
+    p.add_argument('--n-action-steps', type=int, default=0,
+                   help='actions of each chunk the backend sends (default: the chunk size)')
+    p.add_argument('--image-size', type=int, default=64,
+                   help='longest image side the policy runs at (default 64)')
+    p.add_argument('--instruction', choices=INSTRUCTIONS, default='subtask',
+                   help='condition on the active subtask (else the task), or the task only')
+    p.add_argument('--lr', type=float, default=0.0, help='peak learning rate (default: the '
+                                                          "policy's preset, 1e-3)")
+    p.add_argument('--device', default='cpu', help='cpu (default) or cuda')
+    p.add_argument('--threads', type=int, default=0,
+                   help='torch CPU threads (default: torch\'s choice)')
+    p.add_argument('--log-every', type=int, default=200, help='log the loss every N steps')
+
+
+def run(_name: str, args: argparse.Namespace) -> int:
+    os.environ.setdefault('HF_HUB_OFFLINE', '1')  # everything is local; never reach the hub
+    logging.basicConfig(level=logging.INFO, format='%(message)s')
+    try:
+        summary = train_policy(
+            args.dataset, args.output, steps=args.steps, batch_size=args.batch_size,
+            seed=args.seed, chunk_size=args.chunk_size,
+            n_action_steps=args.n_action_steps or None, image_size=args.image_size,
+            instruction=args.instruction, lr=args.lr or None, device=args.device,
+            num_threads=args.threads, log_every=args.log_every)
+    except (DatasetError, SettingsError) as exc:
+        print(f'train-policy: {exc}', file=sys.stderr)
+        return 2
+    print(f"trained {summary['policy_type']} on {summary['frames']} frames of "
+          f"{summary['episodes']} episode(s) ({len(summary['instructions'])} instructions) in "
+          f"{summary['wall_s']:.1f} s: loss {summary['loss_start']:.4f} -> "
+          f"{summary['loss_end']:.4f}; checkpoint {summary['output_dir']}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m lerobot_lang_nodes.training.policy DATASET OUT_DIR [options]`."""
+    from lerobot_lang_nodes.cli.main import run_one
+    return run_one('train-policy', sys.modules[__name__], argv)
+
+
+if __name__ == '__main__':
+    sys.exit(main())
