@@ -194,7 +194,9 @@ class So101ControlHost:
                 return False, 'not connected; nothing to reset (wait for the reconnect)'
             try:
                 robot.reset()
-            except (MotionRefused, BusError) as exc:
+                if self.active and not robot.torque_enabled:  # off after a refused reconnect
+                    robot.enable_torque()
+            except (MotionRefused, BusError, NotConnected) as exc:
                 return False, str(exc)
             self._set_health('ok')
         return True, 'fault cleared; still paused: call resume to move'

@@ -286,7 +286,7 @@ def test_stale_and_invalid_chunks_are_rejected_and_counted(arm: Rig) -> None:
     assert arm.goal() == goal, 'a rejected chunk moved the arm'
 
 
-def test_overload_latches_fault_until_reset(arm: Rig) -> None:
+def test_overload_latches_fault_until_reset(arm: Rig, fault_report) -> None:
     arm.emu.set_error_bits(PAN, int(ErrorBit.OVERLOAD))
     arm.wait(lambda: arm.arm_values().get('health') == 'fault', 'health fault in diagnostics')
     assert arm.arm().level == DiagnosticStatus.ERROR
@@ -311,6 +311,8 @@ def test_overload_latches_fault_until_reset(arm: Rig) -> None:
     arm.wait(lambda: abs(arm.present() - (before - 0.1 / RAD_PER_STEP)) <= 3,
              'motion after reset and resume')
     assert 'FAULT LATCHED' in arm.proc.log_text()
+    fault_report.add('servo overload (latch, reset_fault)', 1, 1,
+                     note='held, motion refused until reset')
 
 
 def test_disconnect_reports_error_and_reconnects(arm: Rig) -> None:
@@ -333,6 +335,36 @@ def test_disconnect_reports_error_and_reconnects(arm: Rig) -> None:
     arm.send(arm.hold_chunk(0.1))
     arm.wait(lambda: abs(arm.present() - (before + 0.1 / RAD_PER_STEP)) <= 3,
              'motion after the reconnect')
+
+
+def test_a_different_servo_after_a_reconnect_is_refused_by_name(arm: Rig,
+                                                                fault_report) -> None:
+    assert arm.call('resume').success
+    arm.send(arm.hold_chunk(0.1))  # a chunk running when the cable goes
+    arm.emu.disconnect()
+    arm.wait(lambda: arm.arm_values().get('health') == 'disconnected', 'health disconnected')
+    # Back with a swapped wrist_flex: its own homing offset, torque off after its power-up.
+    arm.emu.set_register(4, 'Homing_Offset', 900)
+    for servo in range(1, 7):
+        arm.emu.set_register(servo, 'Torque_Enable', 0)
+    try:
+        arm.emu.reconnect()
+        arm.wait(lambda: arm.arm_values().get('health') == 'fault', 'health fault')
+        assert arm.arm().level == DiagnosticStatus.ERROR
+        assert 'wrist_flex (id 4): Homing_Offset is 900, expected 0' in arm.arm().message
+        assert arm.arm_values()['torque_enabled'] == 'false'
+        assert [arm.emu.register(i, 'Torque_Enable') for i in range(1, 7)] == [0] * 6
+        resume = arm.call('resume')
+        assert not resume.success and 'Homing_Offset' in resume.message
+        reset = arm.call('so101_driver/reset_fault')
+        assert not reset.success and 'Homing_Offset' in reset.message
+    finally:
+        arm.emu.set_register(4, 'Homing_Offset', 0)  # the right motor is back
+    arm.wait(lambda: arm.call('so101_driver/reset_fault').success, 'reset_fault to succeed')
+    assert arm.emu.register(PAN, 'Torque_Enable') == 1  # holding again
+    assert arm.call('resume').success
+    fault_report.add('a different servo after an unplug (swapped motor)', 1, 1,
+                     note='ERROR naming motor and field, torque off, motion refused')
 
 
 def test_unknown_parameter_exits_2(launch_node, tmp_path) -> None:

@@ -118,7 +118,7 @@ class FakeExecutor:
 
 
 def test_faults_are_counted_on_diagnostics_and_the_node_keeps_serving(
-        launch_node, probe, act_checkpoint, tmp_path) -> None:
+        launch_node, probe, act_checkpoint, tmp_path, fault_report) -> None:
     params = graph.default_params_file('sim')
     # Three policy nodes in their own namespaces: inputs that make inference raise (joint
     # states without the gripper), an inference timeout, and a checkpoint that does not exist.
@@ -167,6 +167,8 @@ def test_faults_are_counted_on_diagnostics_and_the_node_keeps_serving(
     missing_again = diag_where('missing', lambda s, v: True)  # still up, still reporting
     assert missing_again.level == DiagnosticStatus.ERROR
     assert all(p.alive for p in procs)
+    fault_report.add('policy model faults (missing checkpoint, inference error, timeout)', 3, 3,
+                     note='counted on /diagnostics, nodes up, no chunk from a failed inference')
 
 
 def test_tiny_diffusion_drives_the_simulator(launch_node, probe, tmp_path) -> None:

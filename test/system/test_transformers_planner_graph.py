@@ -158,7 +158,7 @@ def test_vqa_answers_depend_on_the_scene_image(launch_node, probe, scene):
 # --- faults --------------------------------------------------------------------------------
 @pytest.mark.parametrize('broken', ['missing', 'corrupt'])
 def test_unloadable_model_keeps_the_node_up_and_reports_it(launch_node, probe, scene,
-                                                          tmp_path, broken):
+                                                          tmp_path, broken, fault_report):
     import shutil
     if broken == 'missing':
         path, expected = tmp_path / 'no_such_model', 'does not exist'
@@ -197,10 +197,12 @@ def test_unloadable_model_keeps_the_node_up_and_reports_it(launch_node, probe, s
     client.destroy()
     assert proc.alive, proc.log_text(tail=3000)
     assert proc.log_text().count('failed to load') == 1
+    fault_report.add('planner model directory missing or corrupt', 1, 1,
+                     note='ERROR on /diagnostics every period, vqa/run_task refused, no exit')
 
 
 def test_timeout_and_empty_output_are_counted_and_the_node_keeps_serving(launch_node, probe,
-                                                                          scene):
+                                                                          scene, fault_report):
     model, prompts_file = scene
     diag = probe.subscribe(DiagnosticArray, 'diagnostics', qos.STATUS)
     ctx = probe.subscribe(LanguageContext, 'language_context', qos.LATCHED)
@@ -212,9 +214,12 @@ def test_timeout_and_empty_output_are_counted_and_the_node_keeps_serving(launch_
     assert status.level == status.WARN and values_of(status)['failures.subtask'] == '1'
     assert ctx.last.task == vlm.SCENE_TASK and ctx.last.subtask == ''
     assert proc.alive
+    fault_report.add('planner generation that does not end (timeout)', 1, 1,
+                     note='counted, the previous text stays')
 
 
-def test_empty_output_is_counted_and_the_node_keeps_serving(launch_node, probe, scene):
+def test_empty_output_is_counted_and_the_node_keeps_serving(launch_node, probe, scene,
+                                                           fault_report):
     model, prompts_file = scene
     diag = probe.subscribe(DiagnosticArray, 'diagnostics', qos.STATUS)
     ctx = probe.subscribe(LanguageContext, 'language_context', qos.LATCHED)
@@ -228,10 +233,12 @@ def test_empty_output_is_counted_and_the_node_keeps_serving(launch_node, probe, 
     ctx.wait_for(lambda m: m.subtask == vlm.scene_steps('red')[0], timeout_s=30.0,
                  what='the node still serving after an empty generation')
     assert proc.alive
+    fault_report.add('planner output that is not text (empty generation)', 1, 1,
+                     note='counted, the node keeps serving')
 
 
 def test_exception_in_generation_is_counted_and_the_node_keeps_serving(launch_node, probe,
-                                                                       tmp_path):
+                                                                       tmp_path, fault_report):
     # A text-only checkpoint asked about an image raises inside generate().
     model = vlm.build_tiny_text_lm(tmp_path / 'lm', vlm.example_texts(
         vlm.scene_planner_examples()))
@@ -258,4 +265,6 @@ def test_exception_in_generation_is_counted_and_the_node_keeps_serving(launch_no
     task.publish(String(data=vlm.SCENE_TASK))
     ctx.wait_for(lambda m: m.task == vlm.SCENE_TASK, timeout_s=30.0)
     wait_status(diag, lambda s, v: 'latency_last_s.subtask' in v, 'a subtask generated after')
+    fault_report.add('planner generation raising (an out-of-memory style failure)', 1, 1,
+                     note='counted on /diagnostics, the node keeps serving')
     assert proc.alive
