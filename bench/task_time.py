@@ -44,6 +44,20 @@ DEFAULT_CONFIGS = [
     'before:planner.regen_on=chunk,planner.subtask_change_flushes=true,'
     'planner.high_level_hz=1.0',
 ]
+# The seeds' design for the latency sweep: refill only when the queue is empty, and every
+# context change flushes it.
+SEEDS_RULES = ('sim_bridge.refill_fraction=0.0,planner.regen_on=chunk,'
+               'planner.subtask_change_flushes=true')
+
+
+def latency_configs(latencies_s: list[float]) -> list[str]:
+    """(a) the seeds' rules and (b) the current ones, each with the policy slowed by L."""
+    out = []
+    for lat in latencies_s:
+        ms = int(round(lat * 1000))
+        out += [f'a_{ms}ms:{SEEDS_RULES},policy.added_latency_s={lat}',
+                f'b_{ms}ms:policy.added_latency_s={lat}']
+    return out
 
 
 def episode_plan(n: int) -> list[tuple[int, str]]:
@@ -91,6 +105,7 @@ def graph_times(name: str, overrides: list, plan: list[tuple[int, str]], max_sim
     procs = start_nodes(params_file, tmp, env, viewer=False)
     probe = RosProbe(f'task_time_{name}')
     times: list[float | None] = []
+    reactions: list[float | None] = []
     starved = stale = starved_start = 0
     try:
         from rosgraph_msgs.msg import Clock
@@ -128,6 +143,7 @@ def graph_times(name: str, overrides: list, plan: list[tuple[int, str]], max_sim
             if first is not None:
                 starved_start += first.starved_ticks - st0.starved_ticks
             times.append(round(end['sim_time'] - t0, 3) if check_success(spec, end) else None)
+            reactions.append(first_dispatch_after(tmp / 'dispatch.jsonl', t0))
             st1 = status.last
             starved += st1.starved_ticks - st0.starved_ticks
             stale += st1.discarded_stale - st0.discarded_stale
@@ -136,9 +152,19 @@ def graph_times(name: str, overrides: list, plan: list[tuple[int, str]], max_sim
         probe.close()
         for proc in reversed(list(procs.values())):
             proc.stop()
-    return {'times_s': times, 'starved_ticks': int(starved),
+    return {'times_s': times, 'reactions_s': reactions, 'starved_ticks': int(starved),
             'starved_before_first_dispatch': int(starved_start), 'stale_discards': int(stale),
             'overrides': [f'{n}.{k}={v!r}' for n, k, v in overrides]}
+
+
+def first_dispatch_after(dispatch_log: Path, t0: float) -> float | None:
+    """Sim seconds from the task (sent at t0) to the first action the simulator dispatched."""
+    for line in dispatch_log.read_text().splitlines() if dispatch_log.exists() else []:
+        if line.endswith('}'):
+            t = json.loads(line)['t']
+            if t > t0:
+                return round(t - t0, 3)
+    return None
 
 
 def median(values: list[float | None]) -> float | None:
@@ -158,6 +184,7 @@ def summarise(expert: list[float | None], graphs: dict[str, dict]) -> dict[str, 
                       'ratio_to_expert': ratio,
                       'median_episode_ratio': round(statistics.median(
                           [t / e for t, e in pairs]), 3) if pairs else None,
+                      'median_reaction_s': median(g.get('reactions_s', [])),
                       'starved_ticks': g['starved_ticks'],
                       'starved_after_first_dispatch': g['starved_ticks']
                       - g['starved_before_first_dispatch'],
@@ -166,21 +193,64 @@ def summarise(expert: list[float | None], graphs: dict[str, dict]) -> dict[str, 
     return rows
 
 
+def starved_per_minute(g: dict[str, Any], max_sim_s: float) -> float | None:
+    """Starved ticks after each task's first dispatch, per minute of task time."""
+    sim_s = sum(t if t is not None else max_sim_s for t in g['times_s'])
+    starved = g['starved_ticks'] - g['starved_before_first_dispatch']
+    return round(60.0 * starved / sim_s, 2) if sim_s > 0 else None
+
+
+def latency_table(report: dict[str, Any]) -> list[str]:
+    """b/a per added latency when the run was a --latencies sweep."""
+    graphs, max_sim_s = report['graphs'], report['run'].get('max_sim_s', 30.0)
+    pairs = sorted({int(n[2:-2]) for n in graphs if n.startswith(('a_', 'b_'))})
+    if not pairs:
+        return []
+    lines = ['', "## Starvation against inference latency: the seeds' rules (a) and the current "
+             'ones (b)', '',
+             'Starved ticks per minute of task time, after each task\'s first dispatch (the '
+             'ticks before it wait for the first inference of an operator change); median '
+             'task time in sim seconds.', '',
+             '| added latency | starved/min a | starved/min b | b/a | median time a (s) | '
+             'median time b (s) | b/a | median reaction a / b (s) | latency + period (s) |',
+             '|---|---|---|---|---|---|---|---|---|']
+    for ms in pairs:
+        a, b = graphs.get(f'a_{ms}ms'), graphs.get(f'b_{ms}ms')
+        if a is None or b is None:
+            continue
+        sa, sb = starved_per_minute(a, max_sim_s), starved_per_minute(b, max_sim_s)
+        ta, tb = median(a['times_s']), median(b['times_s'])
+        lines.append(f'| {ms} ms | {sa} | {sb} | '
+                     f'{round(sb / sa, 3) if sa and sb is not None else "-"} | {ta} | {tb} | '
+                     f'{round(tb / ta, 3) if ta and tb else "-"} | '
+                     f"{median(a.get('reactions_s', []))} / {median(b.get('reactions_s', []))}"
+                     f' | {ms / 1000 + 1 / 30:.3f} |')
+    return lines
+
+
 def markdown(report: dict[str, Any]) -> str:
     run = report['run']
     lines = ['# Time per task: the sim graph against the scripted expert alone', '',
              f"{run['episodes']} episodes (layout seeds 1000..{1000 * run['episodes']}, tasks "
              f"cycling red / green / blue into the bowl), sim seconds from the task to the cube "
-             f"in the bowl; measured {run['date']} on {run['machine']} in one run.", '',
+             f"in the bowl; measured {run['date']} on {run['machine']} in one run"
+             + (f" (load average {run['load_average_1min_at_end']} at the end: other work "
+                'shared the cores)' if run.get('load_average_1min_at_end', 0) > 2.5 else '')
+             + '.', '',
              '| configuration | median task time (s) | ratio to expert (medians, same '
              'episodes) | median per-episode ratio | successes | starved ticks (after the '
-             'first dispatch of the task) | stale discards |', '|---|---|---|---|---|---|---|']
+             'first dispatch of the task) | stale discards | median reaction (s) |',
+             '|---|---|---|---|---|---|---|---|']
     for name, r in report['summary'].items():
         lines.append(f"| {name} | {r['median_s']} | {r['ratio_to_expert']} | "
                      f"{r.get('median_episode_ratio', '-')} | {r['successes']}/{run['episodes']}"
                      f" | {r.get('starved_ticks', '-')} "
                      f"({r.get('starved_after_first_dispatch', '-')})"
-                     f" | {r.get('stale_discards', '-')} |")
+                     f" | {r.get('stale_discards', '-')} | {r.get('median_reaction_s', '-')} |")
+    lines += ['', 'Reaction: sim seconds from the task (published by the benchmark, another '
+              'process) to the first action the simulator dispatched for it; the floor is the '
+              "policy's inference latency plus one control period (33 ms)."]
+    lines += latency_table(report)
     lines += ['', 'Overrides of config/sim.yaml per configuration:', '']
     for name, r in report['summary'].items():
         if name != 'expert':
@@ -197,10 +267,18 @@ def main(argv: list[str] | None = None) -> int:
                         metavar='NAME:NODE.PARAM=VALUE,...',
                         help='a graph configuration to time (repeatable); default: current '
                              'and before')
+    parser.add_argument('--latencies', type=lambda t: [float(x) for x in t.split(',')],
+                        default=None, metavar='S,S,...',
+                        help='instead of --config: for each added policy latency (s), (a) the '
+                             "seeds' rules (refill when empty, every change flushes) and (b) "
+                             'the current ones; the report adds b/a')
     parser.add_argument('--out', type=Path, default=REPORT_DIR)
     parser.add_argument('--name', default='task_time')
     args = parser.parse_args(argv)
-    configs = args.config or [parse_config(c) for c in DEFAULT_CONFIGS]
+    if args.latencies:
+        configs = [parse_config(c) for c in latency_configs(args.latencies)]
+    else:
+        configs = args.config or [parse_config(c) for c in DEFAULT_CONFIGS]
     plan = episode_plan(args.episodes)
     from domain_coordinator import domain_id
     with domain_id() as domain:
@@ -216,6 +294,8 @@ def main(argv: list[str] | None = None) -> int:
         graphs = {name: graph_times(name, overrides, plan, args.max_sim_s, dict(os.environ))
                   for name, overrides in configs}
     report = {'run': {'episodes': args.episodes, 'date': time.strftime('%Y-%m-%d'),
+                      'max_sim_s': args.max_sim_s,
+                      'load_average_1min_at_end': round(os.getloadavg()[0], 2),
                       'machine': f'{platform.machine()}, {os.cpu_count()} cores',
                       'wall_s': round(time.monotonic() - started, 1)},
               'expert_times_s': expert, 'graphs': graphs,

@@ -298,10 +298,12 @@ class RosProbe:
             self.node.destroy_client(client)
 
     def close(self) -> None:
+        # The spin thread must be out of its wait before the node's entities are destroyed:
+        # destroying them under a running wait raised InvalidHandle in the spin thread.
         self.executor.shutdown(timeout_sec=2.0)
+        self._thread.join(timeout=5.0)
         self.node.destroy_node()
         self.context.try_shutdown()
-        self._thread.join(timeout=5.0)
 
 
 CHROMIUM = '/usr/bin/chromium'

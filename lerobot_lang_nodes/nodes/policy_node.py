@@ -65,6 +65,10 @@ class PolicyConfig:
                'empty = a nominal calibration spanning the simulator\'s joint ranges.'})
     calibration_path: str = field(default='', metadata={
         'doc': 'lerobot: explicit calibration JSON path instead of calibration_id.'})
+    added_latency_s: float = field(default=0.0, metadata={
+        'doc': 'Benchmarks: wait this long in every inference before the backend runs, as a '
+               'slower model would (counted in the latency); 0 disables.',
+        'range': (0.0, 10.0)})
     inference_timeout_s: float = field(default=5.0, metadata={
         'doc': 'An inference that takes longer is discarded and counted as a timeout; the '
                'next refill retries. 0 disables.', 'range': (0.0, 600.0)})
@@ -315,6 +319,8 @@ class PolicyNode(Node):
         with self._lock:
             self._infer_started = start
         try:
+            if self.cfg.added_latency_s > 0:
+                time.sleep(self.cfg.added_latency_s)  # an emulated slower model
             values = np.asarray(self.backend.infer(observation), dtype=np.float64)
         except Exception as exc:  # noqa: BLE001 - a failed inference is logged, the loop goes on
             with self._lock:

@@ -1,0 +1,56 @@
+"""The smaller benchmarks as a user runs them: the image transport run, the latency sweep's
+report table."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[2] / 'bench'
+
+
+def load(name: str):
+    spec = importlib.util.spec_from_file_location(name, BENCH / f'{name}.py')
+    module = importlib.util.module_from_spec(spec)
+    sys.path.insert(0, str(BENCH))
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(BENCH))
+    return module
+
+
+def test_latency_sweep_pairs_the_seeds_rules_with_the_current_ones():
+    tt = load('task_time')
+    configs = dict(tt.parse_config(c) for c in tt.latency_configs([0.05, 0.4]))
+    assert list(configs) == ['a_50ms', 'b_50ms', 'a_400ms', 'b_400ms']
+    a = {f'{n}.{k}': v for n, k, v in configs['a_400ms']}
+    assert a['sim_bridge.refill_fraction'] == 0.0 and a['planner.subtask_change_flushes']
+    assert a['policy.added_latency_s'] == 0.4
+    assert [(n, k) for n, k, _ in configs['b_50ms']] == [('policy', 'added_latency_s')]
+    graph = {'times_s': [10.0, None], 'starved_ticks': 40, 'starved_before_first_dispatch': 10,
+             'stale_discards': 0}
+    better = {**graph, 'times_s': [5.0, 5.0], 'starved_ticks': 10}
+    report = {'run': {'max_sim_s': 30.0}, 'graphs': {'a_50ms': graph, 'b_50ms': better}}
+    (row,) = [line for line in tt.latency_table(report) if line.startswith('| 50 ms')]
+    # a: 30 starved over 40 sim s = 45/min; b: 0 over 10 s; times 10 -> 5.
+    assert row == '| 50 ms | 45.0 | 0.0 | 0.0 | 10.0 | 5.0 | 0.5 | None / None | 0.083 |'
+
+
+@pytest.mark.slow
+def test_image_transport_delivers_and_reports_both_profiles(tmp_path):
+    out = subprocess.run([sys.executable, str(BENCH / 'image_transport.py'), '--seconds', '2',
+                          '--width', '160', '--height', '120', '--out', str(tmp_path)],
+                         capture_output=True, text=True, timeout=240)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    report = json.loads((tmp_path / 'image_transport.json').read_text())
+    shm = report['profiles']['shared memory']
+    assert shm['sent_per_stream'] == 60 and len(shm['streams']) == 6
+    assert shm['min_delivered'] > 0.5 and 0 < shm['median_p50_ms'] < 1000
+    assert 'fastdds defaults' in report['profiles']
+    assert '| shared memory |' in (tmp_path / 'image_transport.md').read_text()
