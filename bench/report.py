@@ -34,10 +34,12 @@ RUNS: list[tuple[str, list[str]]] = [
     ('task_time_latency', ['task_time.py', '--latencies', '0.05,0.15,0.4', '--episodes', '6',
                            '--name', 'task_time_latency']),
     ('image_transport', ['image_transport.py', '--seconds', '10']),
+    ('jitter', ['jitter.py', '--seconds', '8']),
     ('faults', ['faults.py']),
     ('models', ['models.py']),
 ]
-ORDER = ('task_time', 'task_time_latency', 'sim_graph', 'image_transport', 'faults', 'models',
+ORDER = ('task_time', 'task_time_latency', 'sim_graph', 'jitter', 'image_transport', 'faults',
+         'models',
          'recorder', 'so101_bus', 'closed_loop')
 
 

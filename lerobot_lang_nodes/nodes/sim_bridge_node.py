@@ -205,7 +205,8 @@ class SimBridgeNode(Node):
     def _on_dispatch(self, sequence: int, revision: int, step: int, action: np.ndarray) -> None:
         if self._dispatch_log is not None:
             self._dispatch_log.write(json.dumps({
-                't': round(self.scene.sim_time, 6), 'sequence': sequence, 'revision': revision,
+                't': round(self.scene.sim_time, 6), 'wall': round(time.monotonic(), 6),
+                'sequence': sequence, 'revision': revision,
                 'step': step, 'action': [round(float(a), 6) for a in action]}) + '\n')
 
     # --- the simulation thread ------------------------------------------------------------

@@ -54,3 +54,16 @@ def test_image_transport_delivers_and_reports_both_profiles(tmp_path):
     assert shm['min_delivered'] > 0.5 and 0 < shm['median_p50_ms'] < 1000
     assert 'fastdds defaults' in report['profiles']
     assert '| shared memory |' in (tmp_path / 'image_transport.md').read_text()
+
+
+@pytest.mark.slow
+def test_jitter_of_the_driver_loop_is_measured_and_reported(tmp_path):
+    out = subprocess.run([sys.executable, str(BENCH / 'jitter.py'), '--seconds', '2',
+                          '--rates', '30', '--loads', 'idle', '--loops', 'driver',
+                          '--out', str(tmp_path)], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    (row,) = json.loads((tmp_path / 'jitter.json').read_text())['rows']
+    assert 'error' not in row, row
+    # About 30 goal writes a second reached the pan servo, each interval measured.
+    assert 45 <= row['n'] <= 75 and 0 <= row['p50_ms'] <= row['p99_ms']
+    assert '| driver | 30 Hz | idle |' in (tmp_path / 'jitter.md').read_text()
