@@ -35,11 +35,15 @@ RUNS: list[tuple[str, list[str]]] = [
                            '--name', 'task_time_latency']),
     ('image_transport', ['image_transport.py', '--seconds', '10']),
     ('jitter', ['jitter.py', '--seconds', '8']),
+    ('operator_latency', ['operator_latency.py', '--repeats', '10']),
+    ('sim_graph_640x480', ['sim_graph.py', '--sim-seconds', '60', '--name', 'sim_graph_640x480',
+                           '--param', 'sim_bridge.image_width=640',
+                           '--param', 'sim_bridge.image_height=480']),
     ('faults', ['faults.py']),
     ('models', ['models.py']),
 ]
-ORDER = ('task_time', 'task_time_latency', 'sim_graph', 'jitter', 'image_transport', 'faults',
-         'models',
+ORDER = ('task_time', 'task_time_latency', 'sim_graph', 'sim_graph_640x480', 'jitter',
+         'image_transport', 'operator_latency', 'faults', 'models',
          'recorder', 'so101_bus', 'closed_loop')
 
 

@@ -67,3 +67,14 @@ def test_jitter_of_the_driver_loop_is_measured_and_reported(tmp_path):
     # About 30 goal writes a second reached the pan servo, each interval measured.
     assert 45 <= row['n'] <= 75 and 0 <= row['p50_ms'] <= row['p99_ms']
     assert '| driver | 30 Hz | idle |' in (tmp_path / 'jitter.md').read_text()
+
+
+@pytest.mark.slow
+def test_operator_latency_measures_both_paths(tmp_path):
+    out = subprocess.run([sys.executable, str(BENCH / 'operator_latency.py'), '--repeats', '1',
+                          '--out', str(tmp_path)], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    report = json.loads((tmp_path / 'operator_latency.json').read_text())['latency_s']
+    (say,), (line,) = report['one-shot `lerobot-lang say`'], report['console line']
+    # A one-shot command starts a process and joins the graph; a console line does not.
+    assert 0 < line < say < 30
