@@ -13,6 +13,7 @@ arm keeps working for the whole measured window. See bench/README.md, "Simulated
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -23,6 +24,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -121,6 +123,26 @@ def wall_joint_jitter(arrivals: list[tuple[float, float]], period: float,
 
 
 # --- the graph ----------------------------------------------------------------------------
+@contextlib.contextmanager
+def private_ros_domain() -> Iterator[int]:
+    """Reserve a free ROS_DOMAIN_ID and set this process's DDS environment for the duration.
+
+    Call it before rclpy is imported anywhere: the probe in this process and every node
+    process (started with ``dict(os.environ)``) share the domain, discovery stays on loopback
+    (forced, even if set otherwise) and nothing else on the machine sees them. SIGTERM takes
+    the same clean path as Ctrl-C, so every node is stopped by its PID. Yields the domain id.
+    """
+    from domain_coordinator import domain_id
+    with domain_id() as domain:
+        env = dds.ros_environment(domain_id=domain)
+        env['ROS_AUTOMATIC_DISCOVERY_RANGE'] = 'LOCALHOST'
+        env['MUJOCO_GL'] = 'egl'
+        env.setdefault('AMENT_PREFIX_PATH', sys.prefix)
+        os.environ.update(env)
+        signal.signal(signal.SIGTERM, signal.default_int_handler)
+        yield domain
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(('127.0.0.1', 0))
@@ -547,17 +569,7 @@ def main(argv: list[str] | None = None) -> int:
     t_start = time.monotonic()
     args.loadavg0 = os.getloadavg()[0]
 
-    # A private domain on loopback before rclpy is imported anywhere: the probe in this
-    # process and every node process share it, and nothing else on the machine sees them.
-    from domain_coordinator import domain_id
-    with domain_id() as domain:
-        env = dds.ros_environment(domain_id=domain)
-        env['ROS_AUTOMATIC_DISCOVERY_RANGE'] = 'LOCALHOST'  # forced, even if set otherwise
-        env['MUJOCO_GL'] = 'egl'
-        env.setdefault('AMENT_PREFIX_PATH', sys.prefix)
-        os.environ.update(env)
-        # SIGTERM takes the same clean path as Ctrl-C: every node is stopped by its PID.
-        signal.signal(signal.SIGTERM, signal.default_int_handler)
+    with private_ros_domain() as domain:
         report = run(args, dict(os.environ), t_start)
 
     args.out.mkdir(parents=True, exist_ok=True)

@@ -24,7 +24,6 @@ import argparse
 import json
 import os
 import platform
-import signal
 import statistics
 import sys
 import tempfile
@@ -34,9 +33,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from sim_graph import REPORT_DIR, parse_override, start_nodes, write_params  # noqa: E402
+from sim_graph import (REPORT_DIR, parse_override, private_ros_domain,  # noqa: E402
+                       start_nodes, write_params)
 
-from lerobot_lang_nodes import dds  # noqa: E402
 
 COLOURS = ('red', 'green', 'blue')
 DEFAULT_CONFIGS = [
@@ -280,14 +279,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         configs = args.config or [parse_config(c) for c in DEFAULT_CONFIGS]
     plan = episode_plan(args.episodes)
-    from domain_coordinator import domain_id
-    with domain_id() as domain:
-        env = dds.ros_environment(domain_id=domain)
-        env['ROS_AUTOMATIC_DISCOVERY_RANGE'] = 'LOCALHOST'
-        env['MUJOCO_GL'] = 'egl'
-        env.setdefault('AMENT_PREFIX_PATH', sys.prefix)
-        os.environ.update(env)
-        signal.signal(signal.SIGTERM, signal.default_int_handler)
+    with private_ros_domain():
         started = time.monotonic()
         expert = expert_times(plan, args.max_sim_s)
         print(f'expert: {expert}', flush=True)
