@@ -69,10 +69,23 @@ def load(name: str) -> dict[str, Any] | None:
         return None
 
 
-def plot_latency_sweep(report: dict[str, Any], out: Path) -> bool:
+def _pyplot() -> Any:
+    """matplotlib's pyplot drawing to files only (no display on these machines)."""
     import matplotlib
     matplotlib.use('Agg')
     import matplotlib.pyplot as plt
+    return plt
+
+
+def _save(fig: Any, out: Path) -> bool:
+    fig.tight_layout()
+    fig.savefig(out, dpi=100)
+    _pyplot().close(fig)
+    return True
+
+
+def plot_latency_sweep(report: dict[str, Any], out: Path) -> bool:
+    plt = _pyplot()
     sys.path.insert(0, str(BENCH))
     from task_time import median, starved_per_minute
     graphs, max_sim = report['graphs'], report['run'].get('max_sim_s', 30.0)
@@ -91,16 +104,11 @@ def plot_latency_sweep(report: dict[str, Any], out: Path) -> bool:
     ax2.set(xlabel='added inference latency (ms)', ylabel='median task time (sim s)',
             title='Task time')
     ax1.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(out, dpi=100)
-    plt.close(fig)
-    return True
+    return _save(fig, out)
 
 
 def plot_image_transport(report: dict[str, Any], out: Path) -> bool:
-    import matplotlib
-    matplotlib.use('Agg')
-    import matplotlib.pyplot as plt
+    plt = _pyplot()
     profiles = {k: v for k, v in report['profiles'].items() if 'streams' in v}
     if not profiles:
         return False
@@ -116,26 +124,18 @@ def plot_image_transport(report: dict[str, Any], out: Path) -> bool:
     ax.set_xticks([j + width / 2 for j in range(len(names))], names, rotation=30, fontsize=8)
     ax.set(ylabel='latency (ms); bars p50, ticks p99', title='Image transport per stream')
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(out, dpi=100)
-    plt.close(fig)
-    return True
+    return _save(fig, out)
 
 
 def plot_task_time(report: dict[str, Any], out: Path) -> bool:
-    import matplotlib
-    matplotlib.use('Agg')
-    import matplotlib.pyplot as plt
+    plt = _pyplot()
     rows = {n: r for n, r in report['summary'].items() if r.get('median_s') is not None}
     if not rows:
         return False
     fig, ax = plt.subplots(figsize=(6, 3.5))
     ax.bar(list(rows), [r['median_s'] for r in rows.values()])
     ax.set(ylabel='median task time (sim s)', title='Time per task')
-    fig.tight_layout()
-    fig.savefig(out, dpi=100)
-    plt.close(fig)
-    return True
+    return _save(fig, out)
 
 
 PLOTS = {'task_time_latency': plot_latency_sweep, 'image_transport': plot_image_transport,

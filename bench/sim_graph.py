@@ -19,7 +19,6 @@ import os
 import platform
 import shutil
 import signal
-import socket
 import sys
 import tempfile
 import threading
@@ -32,7 +31,7 @@ import numpy as np
 import yaml
 
 from lerobot_lang_nodes import dds, graph
-from lerobot_lang_nodes.testing import NodeProcess, WaitTimeout, wait_until
+from lerobot_lang_nodes.testing import NodeProcess, WaitTimeout, free_port, wait_until
 
 REPORT_DIR = Path(__file__).resolve().parent / 'reports'
 COLOURS = ('red', 'green', 'blue')
@@ -141,12 +140,6 @@ def private_ros_domain() -> Iterator[int]:
         os.environ.update(env)
         signal.signal(signal.SIGTERM, signal.default_int_handler)
         yield domain
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(('127.0.0.1', 0))
-        return sock.getsockname()[1]
 
 
 def parse_override(text: str) -> tuple[str, str, Any]:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -15,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from lerobot_lang_nodes.testing import WaitTimeout, stop_popen
+from lerobot_lang_nodes.testing import WaitTimeout, free_port, stop_popen
 
 pytestmark = pytest.mark.slow
 ANSI = re.compile(r'\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[()][0-9A-Za-z]|\x1b[=>]|\r')
@@ -69,19 +68,13 @@ class Terminal:
         os.close(self._master)
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(('127.0.0.1', 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture
 def bringup(tmp_path):
     session = tmp_path / 'session'
     log = (tmp_path / 'bringup.log').open('w')
     proc = subprocess.Popen([sys.executable, '-m', 'lerobot_lang_nodes.cli.main', 'sim',
                              '--task', '', '--output-dir', str(session), '--record',
-                             '--viewer-port', str(_free_port())],
+                             '--viewer-port', str(free_port())],
                             stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
                             env={**os.environ, 'PYTHONUNBUFFERED': '1'})
     try:
