@@ -28,6 +28,8 @@ setup(
             'lerobot-lang = lerobot_lang_nodes.cli.main:main',
             # `ros2 run lerobot_lang_nodes <node>`; names match graph.py and the node names.
             'sim_bridge = lerobot_lang_nodes.nodes.sim_bridge_node:main',
+            # In its own environment (.venv-robocasa): scripts/setup.sh --robocasa.
+            'robocasa_bridge = lerobot_lang_nodes.nodes.robocasa_bridge_node:main',
             'planner = lerobot_lang_nodes.nodes.planner_node:main',
             'policy = lerobot_lang_nodes.nodes.policy_node:main',
             'viewer = lerobot_lang_nodes.nodes.viewer_node:main',

@@ -1,0 +1,387 @@
+"""`robocasa_bridge` node: a RoboCasa kitchen (PandaOmron) behind the simulated graph's topics.
+
+It runs in its own virtual environment (scripts/setup.sh --robocasa), because robosuite and
+RoboCasa pin a MuJoCo older than the main stack's, and talks to the planner, policy, viewer
+and recorder over DDS like any other node. One thread owns the scene (robosuite's renderer
+stays on one thread): each control period it asks the core ChunkExecutor for the action due
+now, steps the kitchen through robocasa.host.KitchenHost, and publishes clock, joint states,
+the 16-D robot state, images and status. The ROS-free parts (action orders, seeds,
+persistence, holding) live in lerobot_lang_nodes/robocasa/.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+import traceback
+from dataclasses import dataclass, field
+
+from rclpy.impl.implementation_singleton import rclpy_implementation as _rclpy
+from rclpy.node import Node
+from rosgraph_msgs.msg import Clock
+from sensor_msgs.msg import CameraInfo, Image, JointState
+from std_msgs.msg import Float64, String
+from std_srvs.srv import Trigger
+
+from lerobot_lang_msgs.msg import ActionChunk, LanguageContext, RuntimeStatus, TaskOutcome
+from lerobot_lang_nodes.core.control_loop import Cadence, LoopErrors, LoopTicks
+from lerobot_lang_nodes.core.executor import ChunkExecutor, ExecutorConfig
+from lerobot_lang_nodes.nodes import convert, qos, runner
+from lerobot_lang_nodes.nodes.diagnostics import DiagnosticsPublisher
+from lerobot_lang_nodes.nodes.execution import submit_chunk_msg
+from lerobot_lang_nodes.nodes.params import declare_config, reject_unknown_parameters
+from lerobot_lang_nodes.robocasa import layout
+from lerobot_lang_nodes.robocasa.envs import SIMULATORS, SPLITS, factory, reseed_rng
+from lerobot_lang_nodes.robocasa.host import KitchenHost, KitchenSpec
+
+CATCH_UP_S = 1.0  # as sim_bridge: a longer stall restarts the pacing instead of catching up
+
+
+@dataclass(frozen=True)
+class RoboCasaBridgeConfig:
+    """Parameters of the robocasa_bridge node."""
+
+    simulator: str = field(default='robocasa', metadata={
+        'doc': 'robocasa: a RoboCasa kitchen (needs RoboCasa and its assets); robosuite: a '
+               'stock robosuite scene with the same robot and cameras (offline); standin: '
+               'the kinematic stand-in of RoboCasa\'s environment (no simulator).',
+        'choices': SIMULATORS})
+    task: str = field(default='PickPlaceCounterToSink', metadata={
+        'doc': 'RoboCasa environment (task) name, e.g. CloseFridge, PickPlaceCounterToSink.'})
+    split: str = field(default='pretrain', metadata={
+        'doc': 'RoboCasa scene split, always passed explicitly.', 'choices': SPLITS})
+    seed: int = field(default=0, metadata={
+        'doc': 'Scene seed of the first kitchen; reset k uses seed + 1000 * k.'})
+    robot: str = field(default='PandaOmron', metadata={'doc': 'Robot of the scene.'})
+    cameras: tuple[str, ...] = field(default=layout.DEFAULT_CAMERAS, metadata={
+        'doc': 'Views rendered and published on cameras/<name>/image_raw.'})
+    image_size: int = field(default=256, metadata={
+        'doc': 'Rendered width and height of each view (px).', 'range': (16, 1024)})
+    ctrl_hz: float = field(default=20.0, metadata={
+        'doc': 'Control rate: one action and one environment step per tick (Hz).',
+        'range': (1.0, 200.0)})
+    horizon: int = field(default=1_000_000, metadata={
+        'doc': 'Environment horizon (steps); very long, so one kitchen persists. If the '
+               'environment ends the episode anyway, it is reset and the event reported.',
+        'range': (1, 1_000_000_000)})
+    action_order: str = field(default='robocasa', metadata={
+        'doc': 'Order of the 12-D actions the policy speaks: robocasa (convert_action, openpi '
+               'checkpoints), lerobot (LeRobot RoboCasa datasets) or env (raw env.step). '
+               'Chunks must name their columns in this order.',
+        'choices': tuple(layout.ACTION_ORDERS)})
+    real_time_factor: float = field(default=1.0, metadata={
+        'doc': 'Sim seconds per wall second to aim for; 0 runs as fast as the CPU allows.',
+        'range': (0.0, 100.0)})
+    camera_hz: float = field(default=10.0, metadata={
+        'doc': 'Image publish rate (sim Hz).', 'range': (0.1, 200.0)})
+    status_hz: float = field(default=5.0, metadata={
+        'doc': 'runtime_status rate (Hz); also sent at once when the queue crosses the refill '
+               'threshold.', 'range': (0.1, 100.0)})
+    reject_margin: float = field(default=0.5, metadata={
+        'doc': 'Chunks with values further than this outside the action bounds are rejected '
+               'as invalid; values inside the margin are clipped to the bounds.',
+        'range': (0.0, 10.0)})
+    refill_fraction: float = field(default=0.5, metadata={
+        'doc': 'Report needs_refill when the queue is below this fraction of the last chunk.',
+        'range': (0.0, 1.0)})
+    replace: str = field(default='tail', metadata={
+        'doc': 'What a new chunk of the same revision does to the queued tail.',
+        'choices': ('tail', 'blend', 'append')})
+    time_align: bool = field(default=True, metadata={
+        'doc': 'Skip the actions of a new chunk whose time has already passed.'})
+    start_paused: bool = field(default=False, metadata={
+        'doc': 'Start in paused mode: nothing moves before the resume service is called.'})
+    default_task: str = field(default='', metadata={
+        'doc': 'Task published on sim/task_description; empty = the episode\'s language from '
+               'the scene\'s metadata (updated at every reset).'})
+
+
+class RoboCasaBridgeNode(Node):
+    """ROS adapter for a KitchenHost and the core chunk executor."""
+
+    def __init__(self) -> None:
+        self._thread: threading.Thread | None = None
+        self._running = False
+        super().__init__('robocasa_bridge')
+        self.cfg = cfg = declare_config(self, RoboCasaBridgeConfig)
+        reject_unknown_parameters(self)
+        spec = KitchenSpec(simulator=cfg.simulator, task=cfg.task, split=cfg.split,
+                           seed=cfg.seed, robot=cfg.robot, cameras=tuple(cfg.cameras),
+                           image_size=cfg.image_size, control_hz=cfg.ctrl_hz,
+                           horizon=cfg.horizon, action_order=cfg.action_order)
+        self.get_logger().info(f'creating the {cfg.simulator} scene {cfg.task!r} (split '
+                               f'{cfg.split}, seed {cfg.seed}, {cfg.image_size} px views)')
+        # SimulatorUnavailable (an ImportError) ends the process once with its message (exit
+        # 2 in the runner); the bring-up does not restart a node that could not start.
+        self.host = KitchenHost(spec, factory(cfg.simulator), reseed_rng)
+        margin = cfg.reject_margin
+        self.chunk_executor = ChunkExecutor(ExecutorConfig(
+            action_names=self.host.action_names, ctrl_hz=cfg.ctrl_hz,
+            lower_limits=(self.host.lower - margin).tolist(),
+            upper_limits=(self.host.upper + margin).tolist(),
+            refill_fraction=cfg.refill_fraction, replace=cfg.replace,
+            time_align=cfg.time_align, start_paused=cfg.start_paused))
+        self._lock = threading.Lock()
+        self._reset_request: threading.Event | None = None
+        self._goal_text = ''
+        self._context_revision = 0
+        self._have_context = False
+        self.loop_errors = LoopErrors()
+        self.publish_errors = 0
+        self._loop_error = ''
+        self._cadence: Cadence | None = None
+        self.fault_hook = None  # tests: a callable run in each cycle (e.g. one that raises)
+
+        self._clock_pub = self.create_publisher(Clock, '/clock', qos.CLOCK)
+        self._joint_pub = self.create_publisher(JointState, 'joint_states', qos.SENSOR)
+        self._state_pub = self.create_publisher(JointState, 'robot_state', qos.SENSOR)
+        self._image_pubs = {c: self.create_publisher(Image, f'cameras/{c}/image_raw', qos.SENSOR)
+                            for c in cfg.cameras}
+        self._info_pubs = {c: self.create_publisher(CameraInfo, f'cameras/{c}/camera_info',
+                                                    qos.SENSOR) for c in cfg.cameras}
+        self._status_pub = self.create_publisher(RuntimeStatus, 'runtime_status', qos.STATUS)
+        self._outcome_pub = self.create_publisher(TaskOutcome, 'task_outcome', qos.LATCHED)
+        self._task_desc_pub = self.create_publisher(String, 'sim/task_description', qos.LATCHED)
+        self.create_subscription(ActionChunk, 'action_chunk', self._on_chunk, qos.COMMAND)
+        self.create_subscription(LanguageContext, 'language_context', self._on_context,
+                                 qos.LATCHED)
+        for task_qos in (qos.LATCHED, qos.COMMAND):
+            self.create_subscription(String, 'task', self._on_task, task_qos)
+        self.create_service(Trigger, 'pause', self._on_pause)
+        self.create_service(Trigger, 'resume', self._on_resume)
+        self.create_service(Trigger, 'sim/reset', self._on_reset)
+        self.create_subscription(Float64, 'burst', self._on_burst, qos.COMMAND)
+        self._publish_task_description()
+        self.diagnostics = DiagnosticsPublisher(self, 'robocasa simulation loop',
+                                                self._diagnostic_status)
+        self._running = True
+        self._thread = threading.Thread(target=self._loop, name='robocasa-loop', daemon=True)
+        self._thread.start()
+        self.get_logger().info(
+            f'robocasa_bridge ready: {cfg.simulator} {cfg.task!r}, episode language '
+            f'{self.host.language!r}, ctrl_hz={cfg.ctrl_hz}, actions in {cfg.action_order} '
+            f'order {list(self.host.action_names)}, cameras {list(cfg.cameras)}')
+
+    # --- inputs -------------------------------------------------------------------------
+    def _on_chunk(self, msg: ActionChunk) -> None:
+        submit_chunk_msg(self.chunk_executor, msg, self.host.sim_time)
+
+    def _on_task(self, msg: String) -> None:
+        with self._lock:
+            if not self._have_context:  # without a planner the operator's task is the goal
+                self._goal_text = msg.data.strip()
+
+    def _on_context(self, msg: LanguageContext) -> None:
+        self.chunk_executor.set_revision(int(msg.revision), int(msg.flush_revision) or None)
+        with self._lock:
+            self._have_context = True
+            self._context_revision = int(msg.revision)
+            self._goal_text = msg.task.strip()
+
+    def _on_pause(self, _req, response: Trigger.Response) -> Trigger.Response:
+        self.chunk_executor.pause(self.host.sim_time)
+        response.success, response.message = True, 'paused; queue cleared'
+        return response
+
+    def _on_resume(self, _req, response: Trigger.Response) -> Trigger.Response:
+        self._loop_error = ''
+        self.chunk_executor.resume()
+        response.success, response.message = True, 'resumed'
+        return response
+
+    def _on_burst(self, msg: Float64) -> None:
+        try:
+            self.chunk_executor.burst(msg.data, self.host.sim_time)
+        except ValueError as exc:
+            self.get_logger().error(f'burst refused: {exc}')
+
+    def _on_reset(self, _req, response: Trigger.Response) -> Trigger.Response:
+        done = threading.Event()
+        with self._lock:
+            self._reset_request = done
+        # A kitchen is rebuilt on reset (RoboCasa compiles a new model): allow for it.
+        if not done.wait(120.0):
+            response.success, response.message = False, 'reset did not finish within 120 s'
+            return response
+        response.success = True
+        response.message = (f'kitchen reset with seed {self.host.seed}: '
+                            f'{self.host.language!r}')
+        return response
+
+    # --- the simulation thread ------------------------------------------------------------
+    def _loop(self) -> None:
+        cfg, host = self.cfg, self.host
+        ticks = LoopTicks(cfg.ctrl_hz, camera=cfg.camera_hz, status=cfg.status_hz)
+        cadence = (Cadence(cfg.ctrl_hz * cfg.real_time_factor, time.monotonic(),
+                           catch_up_s=CATCH_UP_S) if cfg.real_time_factor > 0 else None)
+        self._cadence = cadence
+        try:
+            self._publish_all(host.sim_time, images=True)
+            while self._running and self.context.ok():
+                action = None
+                try:
+                    self._maybe_reset()
+                    if self.fault_hook is not None:
+                        self.fault_hook()
+                    action = self.chunk_executor.tick(host.sim_time)
+                    if host.step(action):
+                        self.get_logger().warning(
+                            f'the environment ended the episode (horizon {cfg.horizon}); '
+                            f'the kitchen was reset with seed {host.seed} '
+                            f'({host.terminations} so far)')
+                        self._publish_task_description()
+                except _rclpy.RCLError:
+                    raise
+                except Exception as exc:  # noqa: BLE001 - a dead loop would freeze the robot
+                    self._on_loop_error(exc)
+                else:
+                    self.loop_errors.succeeded()
+                refill = ticks.refill_edge(self.chunk_executor.needs_refill())
+                try:
+                    self._publish_all(host.sim_time, images=ticks.due('camera'),
+                                      status=ticks.due('status'), refill=refill)
+                except _rclpy.RCLError as exc:
+                    if not self.context.ok():
+                        raise
+                    self.publish_errors += 1
+                    self.get_logger().error(f'publish failed ({self.publish_errors} so far; '
+                                            f'the simulation goes on): {exc}',
+                                            throttle_duration_sec=5.0)
+                ticks.advance()
+                if cadence is not None:
+                    time.sleep(cadence.delay(time.monotonic()))
+        except _rclpy.RCLError:
+            if self.context.ok():
+                raise
+        finally:
+            host.close()
+
+    def _on_loop_error(self, exc: Exception) -> None:
+        """An unexpected exception in a cycle: pause (queue cleared), hold, report ERROR."""
+        self.loop_errors.failed(exc)
+        self._loop_error = self.loop_errors.last
+        self.chunk_executor.pause(self.host.sim_time)
+        self.get_logger().error(f'simulation loop error ({self.loop_errors.count} so far): '
+                                f'{self._loop_error}; paused and holding (resume to move '
+                                'again)', throttle_duration_sec=2.0)
+        if self.loop_errors.count == 1:
+            self.get_logger().error(traceback.format_exc())
+        try:
+            self.host.step(None)  # time goes on, holding still
+        except Exception as step_exc:  # noqa: BLE001 - reported; the loop still goes on
+            self.get_logger().error(f'holding step failed too: {step_exc}',
+                                    throttle_duration_sec=2.0)
+        self.diagnostics.publish_now()
+
+    def _maybe_reset(self) -> None:
+        with self._lock:
+            request, self._reset_request = self._reset_request, None
+        if request is None:
+            return
+        self.chunk_executor.clear()
+        try:
+            seed = self.host.reset()
+        finally:
+            request.set()
+        self.get_logger().info(f'kitchen reset #{self.host.reset_count}, seed {seed}: '
+                               f'{self.host.language!r}')
+        self._publish_task_description()
+        self._publish_all(self.host.sim_time, images=True)
+
+    # --- outputs ------------------------------------------------------------------------
+    def _publish_task_description(self) -> None:
+        self._task_desc_pub.publish(String(data=self.cfg.default_task or self.host.language))
+
+    def _publish_all(self, now: float, *, images: bool = False, status: bool = True,
+                     refill: bool = False) -> None:
+        clock = Clock()
+        convert.s_to_stamp(now, clock.clock)
+        self._clock_pub.publish(clock)
+        joints = JointState(name=list(self.host.joint_names()),
+                            position=self.host.joint_positions().tolist())
+        convert.s_to_stamp(now, joints.header.stamp)
+        self._joint_pub.publish(joints)
+        state = JointState(name=list(layout.STATE_NAMES), position=self.host.state().tolist())
+        convert.s_to_stamp(now, state.header.stamp)
+        state.header.frame_id = 'base_link'
+        self._state_pub.publish(state)
+        if images:
+            self._publish_images(now)
+        if status or refill:
+            self._status_pub.publish(convert.status_to_msg(self.chunk_executor.status(), now))
+        if status:
+            self._publish_outcome(now)
+
+    def _publish_images(self, now: float) -> None:
+        for cam, rgb in self.host.images().items():
+            frame = f'{cam}_optical_frame'
+            self._image_pubs[cam].publish(convert.rgb_to_image(rgb, now, frame))
+            h, w = rgb.shape[:2]
+            focal = 0.5 * h / math.tan(math.radians(self.host.camera_fovy(cam)) / 2.0)
+            info = CameraInfo(height=h, width=w, distortion_model='plumb_bob', d=[0.0] * 5,
+                              k=[focal, 0.0, w / 2.0, 0.0, focal, h / 2.0, 0.0, 0.0, 1.0],
+                              p=[focal, 0.0, w / 2.0, 0.0, 0.0, focal, h / 2.0, 0.0,
+                                 0.0, 0.0, 1.0, 0.0],
+                              r=[1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0])
+            convert.s_to_stamp(now, info.header.stamp)
+            info.header.frame_id = frame
+            self._info_pubs[cam].publish(info)
+
+    def _publish_outcome(self, now: float) -> None:
+        """The environment's own success check, for the scene's task.
+
+        RoboCasa judges only the task its scene was built for; another task text is reported
+        as a goal the simulator cannot judge (known_goal false).
+        """
+        with self._lock:
+            goal, revision = self._goal_text, self._context_revision
+        scene_task = self.cfg.default_task or self.host.language
+        known = bool(goal) and _same_text(goal, scene_task)
+        outcome = TaskOutcome(goal=goal, context_revision=revision, known_goal=known)
+        if not goal:
+            outcome.detail = f'no task yet; the scene\'s task is {scene_task!r}'
+        elif not known:
+            outcome.detail = (f'{self.cfg.simulator} judges only the scene\'s task '
+                              f'{scene_task!r}')
+        else:
+            outcome.success = self.host.success()
+            outcome.detail = f'{goal}: ' + ('done' if outcome.success else 'not yet')
+        convert.s_to_stamp(now, outcome.header.stamp)
+        self._outcome_pub.publish(outcome)
+
+    def _diagnostic_status(self) -> tuple[str, str, dict]:
+        st = self.chunk_executor.status()
+        values = {'simulator': self.cfg.simulator, 'task': self.cfg.task,
+                  'language': self.host.language, 'seed': self.host.seed,
+                  'resets': self.host.reset_count, 'terminations': self.host.terminations,
+                  'step_ms_p50': round(self.host.times.median_ms(), 2),
+                  'loop_errors': self.loop_errors.count, 'last_loop_error': self._loop_error,
+                  'publish_errors': self.publish_errors, 'mode': st.mode,
+                  'dispatched': st.dispatched, 'starved_ticks': st.starved_ticks,
+                  'discarded_stale': st.discarded_stale,
+                  'rejected_invalid': st.rejected_invalid,
+                  'last_reject_reason': st.last_reject_reason, 'ctrl_hz': self.cfg.ctrl_hz}
+        if self._cadence is not None:
+            values.update({f'loop.{k}': v for k, v in self._cadence.stats().items()})
+        if self._loop_error and st.mode == 'paused':
+            return 'error', f'simulation loop error: {self._loop_error}; paused', values
+        return 'ok', f'{st.mode}, {st.dispatched} actions dispatched', values
+
+    def close(self) -> None:
+        self._running = False
+        if self._thread is not None:
+            self._thread.join(timeout=10.0)
+
+
+def _same_text(a: str, b: str) -> bool:
+    return ' '.join(a.lower().split()).rstrip('.') == ' '.join(b.lower().split()).rstrip('.')
+
+
+def main(args: list[str] | None = None) -> int:
+    return runner.run(RoboCasaBridgeNode, args, name='robocasa_bridge')
+
+
+if __name__ == '__main__':
+    raise SystemExit(main())
+
