@@ -23,6 +23,8 @@ class NodeSpec:
     hosts: tuple[str, ...] = ()
     # Console script when it differs from the node name (one `camera` script, many cameras).
     executable: str = ''
+    # Another Python environment the node runs in ('' = this one); see interpreter().
+    environment: str = ''
 
     @property
     def script(self) -> str:
@@ -45,11 +47,49 @@ REAL = (
     NodeSpec('viewer', 'lerobot_lang_nodes.nodes.viewer_node', required=False),
 )
 
+# The RoboCasa kitchens: robosuite and RoboCasa pin an older MuJoCo than this environment's,
+# so the bridge runs in its own virtual environment (scripts/setup.sh --robocasa) and talks to
+# the rest over DDS. Its `simulator` parameter picks RoboCasa, stock robosuite or the stand-in.
+ROBOCASA_BRIDGE = NodeSpec('robocasa_bridge', 'lerobot_lang_nodes.nodes.robocasa_bridge_node',
+                           environment='robocasa')
+ROBOCASA = (ROBOCASA_BRIDGE, *SIM[1:])
+# `lerobot-lang sim --simulator X` / sim.launch.py simulator:=X -> (graph, bridge simulator).
+SIMULATORS = {'mujoco': ('sim', ''), 'robocasa': ('robocasa', 'robocasa'),
+              'robosuite': ('robocasa', 'robosuite'), 'standin': ('robocasa', 'standin')}
+ROBOCASA_VENV_ENV = 'LEROBOT_LANG_ROBOCASA_VENV'
+
+
+def environment_prefix(environment: str) -> Path:
+    """The prefix (virtual environment) of a node's ``environment``.
+
+    'robocasa': $LEROBOT_LANG_ROBOCASA_VENV, else .venv-robocasa next to this source tree
+    (where scripts/setup.sh --robocasa builds it).
+    """
+    import os
+    if environment != 'robocasa':
+        raise ValueError(f'unknown node environment {environment!r}')
+    venv = os.environ.get(ROBOCASA_VENV_ENV) or str(paths.source_root() / '.venv-robocasa')
+    prefix = Path(venv).expanduser().resolve()
+    if not (prefix / 'bin' / 'python').exists():
+        raise FileNotFoundError(
+            f'the RoboCasa bridge\'s environment {prefix} does not exist: build it with '
+            f'scripts/setup.sh --robocasa (or point {ROBOCASA_VENV_ENV} at one)')
+    return prefix
+
+
+def interpreter(spec: NodeSpec) -> str:
+    """The Python that runs ``spec`` (this one, or its environment's)."""
+    import sys
+    if not spec.environment:
+        return sys.executable
+    return str(environment_prefix(spec.environment) / 'bin' / 'python')
+
+
 # Set by `lerobot-lang` in each node's environment: the node then stops when its supervisor
 # dies (nodes/runner.py), so a killed bring-up never leaves nodes behind.
 SUPERVISOR_PID_ENV = 'LEROBOT_LANG_SUPERVISOR_PID'
 
-GRAPHS: dict[str, tuple[NodeSpec, ...]] = {'sim': SIM, 'real': REAL}
+GRAPHS: dict[str, tuple[NodeSpec, ...]] = {'sim': SIM, 'real': REAL, 'robocasa': ROBOCASA}
 
 # The planner and the policy in one process, so a hierarchical checkpoint is loaded once.
 COMPOSED_NAME = 'planner_policy'
@@ -94,7 +134,7 @@ def real_specs(cameras: tuple[str, ...] | list[str] = ()) -> tuple[NodeSpec, ...
     return (REAL[0], *(camera_spec(c) for c in cameras), *REAL[1:])
 
 
-PARAMS_FILES = {'sim': 'sim.yaml', 'real': 'real.yaml'}
+PARAMS_FILES = {'sim': 'sim.yaml', 'real': 'real.yaml', 'robocasa': 'robocasa.yaml'}
 
 
 def default_params_file(graph: str) -> Path:
@@ -158,6 +198,10 @@ _BOOL = ('true', 'false')
 LAUNCH_ARGUMENTS = (
     LaunchArgument('params_file', 'ros__parameters YAML for every node; empty = the shipped '
                    'config/sim.yaml or config/real.yaml (keys are node names, namespace-free)'),
+    LaunchArgument('simulator', 'mujoco: the SO-101 tabletop; robocasa: RoboCasa kitchens (the '
+                   'robocasa_bridge in .venv-robocasa, config/robocasa.yaml); robosuite / '
+                   'standin: that bridge on a stock robosuite scene / the stand-in environment',
+                   'mujoco', graphs=('sim',), choices=tuple(SIMULATORS)),
     LaunchArgument('namespace', 'namespace of every node and topic, e.g. /robot1; empty = root'),
     LaunchArgument('task', 'task to start with (planner parameter `task`; "direct: X" uses X '
                    'as the subtask); empty = wait for /task'),
@@ -292,9 +336,13 @@ def launch_plan(graph_name: str, values: dict[str, str]) -> LaunchPlan:
     if unknown:
         raise ValueError(f'unknown launch arguments {unknown}; known: {sorted(defaults)}')
     v = {**defaults, **{k: str(x) for k, x in values.items()}}
-    params_file = Path(v['params_file']) if v['params_file'] else default_params_file(graph_name)
+    nodes_of, simulator = (SIMULATORS[v['simulator']] if graph_name == 'sim'
+                           else (graph_name, ''))
+    params_file = Path(v['params_file']) if v['params_file'] else default_params_file(nodes_of)
     overrides = model_overrides(v['policy_path'], v['policy_backend'], v['planner_model'],
                                 v['planner_backend'], v['hierarchical'], v['device'])
+    if simulator:
+        overrides = _merge(overrides, {ROBOCASA_BRIDGE.name: {'simulator': simulator}})
     cameras: tuple[str, ...] = ()
     if graph_name == 'real':
         overrides = _merge(overrides, _real_robot_overrides(v))
@@ -309,7 +357,7 @@ def launch_plan(graph_name: str, values: dict[str, str]) -> LaunchPlan:
         params.setdefault('viewer', {}).setdefault('ros__parameters', {})['port'] = int(
             v['viewer_port'])
     sim_time = _truthy(v['use_sim_time'])
-    specs = list(real_specs(cameras) if graph_name == 'real' else GRAPHS[graph_name])
+    specs = list(real_specs(cameras) if graph_name == 'real' else GRAPHS[nodes_of])
     if _truthy(v['composed']) or v['hierarchical']:
         specs = list(composed(specs))
     if not _truthy(v['viewer']):

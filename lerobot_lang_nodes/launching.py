@@ -21,11 +21,20 @@ def _nodes(context: Any, graph_name: str) -> list[Node]:
     plan = graph.launch_plan(graph_name, values)
     # A composed process must not get `name=`: launch_ros turns it into a global __node remap,
     # which would give both of its nodes the same name.
-    return [Node(package='lerobot_lang_nodes', executable=spec.script,
-                 name=None if spec.hosts else spec.name, namespace=plan.namespace or None,
-                 parameters=[str(plan.params_file)], remappings=list(spec.remaps),
-                 output='screen')
-            for spec in plan.specs]
+    return [_node(spec, plan) for spec in plan.specs]
+
+
+def _node(spec: graph.NodeSpec, plan: graph.LaunchPlan) -> Node:
+    common = dict(name=None if spec.hosts else spec.name, namespace=plan.namespace or None,
+                  parameters=[str(plan.params_file)], remappings=list(spec.remaps),
+                  output='screen')
+    if spec.environment:
+        # A node of another virtual environment (the RoboCasa bridge): that environment's
+        # Python runs the module, with its own prefix for the interface libraries.
+        prefix = graph.environment_prefix(spec.environment)
+        return Node(executable=graph.interpreter(spec), arguments=['-m', spec.module],
+                    additional_env={'AMENT_PREFIX_PATH': str(prefix)}, **common)
+    return Node(package='lerobot_lang_nodes', executable=spec.script, **common)
 
 
 def launch_description(graph_name: str) -> LaunchDescription:

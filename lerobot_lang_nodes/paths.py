@@ -8,6 +8,14 @@ PACKAGE = 'lerobot_lang_nodes'
 _SOURCE_ROOT = Path(__file__).resolve().parent.parent
 
 
+def source_root() -> Path:
+    """The source checkout this package runs from (editable install), else the working
+    directory: where scripts/setup.sh puts the virtual environments."""
+    if (_SOURCE_ROOT / 'package.xml').is_file():
+        return _SOURCE_ROOT
+    return Path.cwd()
+
+
 def share_dir() -> Path:
     """The directory holding config/ and launch/.
 

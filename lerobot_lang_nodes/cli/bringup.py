@@ -36,6 +36,13 @@ def add_arguments(command: str, parser: argparse.ArgumentParser) -> None:
                              f'config/{graph.PARAMS_FILES.get(command, "")})')
     parser.add_argument('--task', default=DEFAULT_SIM_TASK if command == 'sim' else '',
                         help='task to start with (empty: wait for /task); default %(default)r')
+    if command == 'sim':
+        parser.add_argument('--simulator', choices=sorted(graph.SIMULATORS), default='mujoco',
+                            help='mujoco: the SO-101 tabletop (default); robocasa: RoboCasa '
+                                 'kitchens with a PandaOmron (needs RoboCasa and its assets in '
+                                 'the bridge\'s environment, scripts/setup.sh --robocasa); '
+                                 'robosuite / standin: the same bridge on a stock robosuite '
+                                 'scene / on the stand-in of RoboCasa\'s environment')
     parser.add_argument('--no-viewer', action='store_true', help='do not start the live view')
     parser.add_argument('--viewer-port', type=int, default=None, metavar='PORT',
                         help='live view port (default: the params file, 8010; the next free '
@@ -126,7 +133,8 @@ class Supervised:
 def _node_specs(command: str, args: argparse.Namespace,
                 cameras: tuple[str, ...]) -> list[graph.NodeSpec]:
     # The real graph has one camera node per camera of the robot YAML.
-    specs = list(graph.real_specs(cameras) if command == 'real' else graph.GRAPHS[command])
+    specs = list(graph.real_specs(cameras) if command == 'real'
+                 else graph.GRAPHS[graph_name(command, args)])
     if getattr(args, 'composed', False) or getattr(args, 'hierarchical', None):
         specs = list(graph.composed(specs))
     if args.no_viewer:
@@ -136,12 +144,23 @@ def _node_specs(command: str, args: argparse.Namespace,
     return specs
 
 
+def graph_name(command: str, args: argparse.Namespace) -> str:
+    """'real', 'sim' (the MuJoCo tabletop) or 'robocasa' (kitchens, --simulator)."""
+    if command != 'sim':
+        return command
+    return graph.SIMULATORS[getattr(args, 'simulator', None) or 'mujoco'][0]
+
+
 def model_overrides(args: argparse.Namespace) -> dict[str, dict[str, object]]:
-    """The planner/policy parameters the model options set ({} when none is given)."""
-    return graph.model_overrides(
+    """The parameters the model (and simulator) options set ({} when none is given)."""
+    out = graph.model_overrides(
         *(getattr(args, k, None) or '' for k in ('policy_path', 'policy_backend',
                                                  'planner_model', 'planner_backend',
                                                  'hierarchical', 'device')))
+    simulator = graph.SIMULATORS[getattr(args, 'simulator', None) or 'mujoco'][1]
+    if simulator:
+        out.setdefault(graph.ROBOCASA_BRIDGE.name, {})['simulator'] = simulator
+    return out
 
 
 def apply_overrides(params_file: Path, overrides: dict[str, dict[str, object]]) -> Path:
@@ -204,7 +223,7 @@ def run(command: str, args: argparse.Namespace) -> int:
     env.setdefault('MUJOCO_GL', 'egl')
     env.setdefault('AMENT_PREFIX_PATH', sys.prefix)
     os.environ.update(env)
-    params_file = args.params_file or graph.default_params_file(command)
+    params_file = args.params_file or graph.default_params_file(graph_name(command, args))
     if not params_file.is_file():
         print(f'error: parameters file {params_file} does not exist', file=sys.stderr)
         return 2
@@ -221,6 +240,13 @@ def run(command: str, args: argparse.Namespace) -> int:
     else:
         params_file = apply_overrides(params_file, model_overrides(args))
     specs = _node_specs(command, args, cameras)
+    for spec in specs:
+        if spec.environment:
+            try:
+                graph.environment_prefix(spec.environment)
+            except FileNotFoundError as exc:
+                print(f'error: {exc}', file=sys.stderr)
+                return 2
     folder = session_dir(args)
     params_file = session_params(params_file, folder, args, specs)
     print(f"[lerobot-lang] ROS_DOMAIN_ID={env['ROS_DOMAIN_ID']} "
@@ -243,10 +269,15 @@ def run(command: str, args: argparse.Namespace) -> int:
     old_term = signal.signal(signal.SIGTERM, on_signal)
     try:
         for spec in specs:
-            argv = [sys.executable, '-m', spec.module, *graph.ros_args(spec, params_file)]
+            node_env = env
+            if spec.environment:  # a node in another virtual environment (RoboCasa bridge)
+                prefix = graph.environment_prefix(spec.environment)
+                node_env = {**env, 'AMENT_PREFIX_PATH': str(prefix)}
+            argv = [graph.interpreter(spec), '-m', spec.module,
+                    *graph.ros_args(spec, params_file)]
             if args.namespace:
                 argv += ['-r', f"__ns:={'/' + args.namespace.strip('/')}"]
-            procs.append(Supervised(spec, argv, env, folder / 'logs', on_line))
+            procs.append(Supervised(spec, argv, node_env, folder / 'logs', on_line))
         return _supervise(args, procs, stopping, urls)
     finally:
         for p in procs:

@@ -1,5 +1,9 @@
 """`policy` node: active instruction + images + joint states -> ActionChunk, refilled early.
 
+The robot's state comes from ``state_topic`` (a JointState: ``joint_states`` of the SO-101
+graphs, or e.g. the RoboCasa bridge's ``robot_state``, whose names and ``position`` carry any
+state vector).
+
 Inference runs on its own thread. It starts when the executor's RuntimeStatus reports that
 the queue fell below its refill threshold (not only when empty), or at once after an operator
 change (a newer flush revision). A result computed before an operator change that came
@@ -58,7 +62,24 @@ class PolicyConfig:
     state_units: str = field(default='degrees', metadata={
         'doc': 'lerobot: units of observation.state / action in the checkpoint (LeRobot SO-101 '
                'conventions): "degrees" (use_degrees=True) or "range_m100_100"; the gripper '
-               'is 0..100 in both.', 'choices': ('degrees', 'range_m100_100')})
+               'is 0..100 in both. "raw": another robot (e.g. RoboCasa): no unit conversion '
+               'and no calibration; observation.state is the state_topic values picked by '
+               'state_names, the actions are published as the checkpoint outputs them, '
+               'columns named action_names; any state / action size.',
+        'choices': ('degrees', 'range_m100_100', 'raw')})
+    state_names: tuple[str, ...] = field(default=('',), metadata={
+        'doc': 'lerobot, state_units raw: names (in state_topic\'s JointState) of the '
+               'observation.state values in the checkpoint\'s order; [""] = the checkpoint\'s '
+               'declared names if any, else the incoming values in their order. Must count '
+               'the checkpoint\'s state.'})
+    action_names: tuple[str, ...] = field(default=('',), metadata={
+        'doc': 'lerobot: names of the action columns (the chunk\'s action_names) in the '
+               'checkpoint\'s order; [""] = the checkpoint\'s action_feature_names, else the '
+               'six SO-101 joints. With state_units raw it must count the checkpoint\'s '
+               'action; otherwise it must be the six SO-101 joints in any order.'})
+    robot_type: str = field(default='so_follower', metadata={
+        'doc': 'lerobot: the robot_type given to the policy with each observation (LeRobot\'s '
+               'prepare_observation_for_inference); so_follower is LeRobot\'s SO-100/101.'})
     calibration_id: str = field(default='', metadata={
         'doc': 'lerobot: LeRobot robot id whose SO-101 calibration JSON converts radians to '
                'the checkpoint\'s units (the driver\'s file); empty with calibration_path '
@@ -82,6 +103,9 @@ class PolicyConfig:
         'doc': 'Actions per chunk (H).', 'range': (1, 1000)})
     max_inference_hz: float = field(default=20.0, metadata={
         'doc': 'Upper bound on inference starts per second (chunk_hz).', 'range': (0.1, 200.0)})
+    state_topic: str = field(default='joint_states', metadata={
+        'doc': 'JointState topic of the robot state given to the policy (names and position): '
+               'joint_states of the SO-101, e.g. robot_state of the RoboCasa bridge.'})
     cameras: tuple[str, ...] = field(default=('front', 'wrist'), metadata={
         'doc': 'Cameras whose latest frames are given to the policy.'})
     image_topic_pattern: str = field(default='cameras/{name}/image_raw', metadata={
@@ -98,6 +122,9 @@ class PolicyConfig:
                                                                and index.isdigit()):
             raise ValueError(f"device is {self.device!r}; expected 'auto', 'cpu', 'cuda' or "
                              "'cuda:<n>'")
+        if not self.state_topic:
+            raise ValueError('state_topic is empty; give the JointState topic of the robot '
+                             'state (joint_states, robot_state)')
         for entry in self.camera_map:
             camera, sep, key = entry.partition(':')
             if entry and not (sep and camera and key):
@@ -143,7 +170,8 @@ class PolicyNode(Node):
         self._infer_started: float | None = None
 
         self._pub = self.create_publisher(ActionChunk, 'action_chunk', qos.COMMAND)
-        self.create_subscription(JointState, 'joint_states', self._on_joints, qos.SENSOR)
+        self.create_subscription(JointState, self.cfg.state_topic, self._on_joints,
+                                 qos.SENSOR)
         self.create_subscription(RuntimeStatus, 'runtime_status', self._on_status, qos.STATUS)
         if self.cfg.condition_on == 'context':
             self.create_subscription(LanguageContext, 'language_context', self._on_context,

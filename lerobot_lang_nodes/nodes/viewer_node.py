@@ -35,6 +35,9 @@ class ViewerConfig:
 
     cameras: tuple[str, ...] = field(default=('front', 'wrist'), metadata={
         'doc': 'camera names, composed left to right'})
+    camera_labels: tuple[str, ...] = field(default=('',), metadata={
+        'doc': 'label drawn under each camera\'s view, one per camera (e.g. left, wrist, '
+               'right for RoboCasa\'s robot0_* views); [""] = the camera names'})
     image_topic_pattern: str = field(default='cameras/{name}/image_raw', metadata={
         'doc': 'image topic per camera; {name} is replaced by the camera name'})
     bind_address: str = field(default='127.0.0.1', metadata={
@@ -59,11 +62,24 @@ class ViewerConfig:
     mp4_fps: float = field(default=0.0, metadata={
         'doc': 'MP4 frame rate; 0 uses fps', 'range': (0.0, 60.0)})
 
+    def labels(self) -> dict[str, str] | None:
+        """{camera: label}; None when camera_labels does not fit cameras."""
+        given = [label for label in self.camera_labels if label]
+        if not given:
+            return {c: c for c in self.cameras}
+        if len(self.camera_labels) != len(self.cameras):
+            return None
+        return {c: label or c for c, label in zip(self.cameras, self.camera_labels)}
+
     def __post_init__(self) -> None:
         if not self.cameras:
             raise ValueError('cameras must name at least one camera')
         if len(set(self.cameras)) != len(self.cameras):
             raise ValueError(f'cameras contains duplicates: {list(self.cameras)}')
+        if self.labels() is None:
+            raise ValueError(f'camera_labels has {len(self.camera_labels)} entries for '
+                             f'{len(self.cameras)} cameras {list(self.cameras)}; give one '
+                             'label per camera, or [""] for the camera names')
         if '{name}' not in self.image_topic_pattern:
             raise ValueError('image_topic_pattern must contain {name}, got '
                              f'{self.image_topic_pattern!r}')
@@ -82,6 +98,7 @@ class ViewerNode(Node):
         # Held for a whole tick, so close() can wait for an in-flight frame before finalising.
         self._tick_lock = threading.Lock()
         self._frames: dict[str, Optional[np.ndarray]] = {name: None for name in cfg.cameras}
+        self._labels = cfg.labels() or {}
         self._annotation = Annotation()
         self._revision: Optional[int] = None
         self._dirty = False
@@ -163,7 +180,7 @@ class ViewerNode(Node):
                 return
             have_frame = any(f is not None for f in self._frames.values())
             dirty = self._dirty and have_frame
-            views = list(self._frames.items())
+            views = [(self._labels[c], f) for c, f in self._frames.items()]
             annotation = self._annotation
             self._dirty = False
         try:

@@ -1,4 +1,5 @@
-"""Tiny LeRobot ACT / Diffusion checkpoints for the SO-101, random weights, built offline.
+"""Tiny LeRobot ACT / Diffusion checkpoints for the SO-101 (and an ACT one in RoboCasa's
+PandaOmron layout), random weights, built offline.
 
 Saved as lerobot-train saves a checkpoint (``save_pretrained`` of the policy and of its
 pre/post-processor pipelines made from dataset statistics), so the `lerobot` policy backend
@@ -35,7 +36,11 @@ def _features(image_shape: tuple[int, int, int], cameras: tuple[str, ...],
     return inputs, outputs
 
 
-def _stats(inputs: dict[str, Any], outputs: dict[str, Any]) -> dict[str, dict[str, Any]]:
+def _stats(inputs: dict[str, Any], outputs: dict[str, Any],
+           vectors: dict[str, dict[str, tuple[float, ...]]] | None = None
+           ) -> dict[str, dict[str, Any]]:
+    """Dataset-like statistics: images around mid-grey; vectors from ``vectors[key]`` (mean,
+    std, min, max, each repeated to the feature's size), by default the SO-101 ones."""
     import torch
 
     def vec(values: tuple[float, ...], dim: int) -> torch.Tensor:
@@ -49,8 +54,9 @@ def _stats(inputs: dict[str, Any], outputs: dict[str, Any]) -> dict[str, dict[st
                           'min': torch.zeros((c, 1, 1)), 'max': torch.ones((c, 1, 1))}
         else:
             dim = ft.shape[0]
-            stats[key] = {'mean': vec(STATE_MEAN, dim), 'std': vec(STATE_STD, dim),
-                          'min': vec(STATE_MIN, dim), 'max': vec(STATE_MAX, dim)}
+            given = (vectors or {}).get(key) or {'mean': STATE_MEAN, 'std': STATE_STD,
+                                                 'min': STATE_MIN, 'max': STATE_MAX}
+            stats[key] = {name: vec(given[name], dim) for name in ('mean', 'std', 'min', 'max')}
     return stats
 
 
@@ -91,6 +97,53 @@ def build_tiny_act(out: str | Path, *, chunk_size: int = 20, n_action_steps: int
     return _save(policy, cfg, _stats(inputs, outputs), Path(out))
 
 
+# RoboCasa (PandaOmron): the three default views, small square frames (cheap on a CPU; the
+# backend resizes the bridge's frames); the 16-D state and 12-D action of
+# lerobot_lang_nodes.robocasa.layout. RoboCasa's action space is [-1, 1]: with ACT's MEAN_STD
+# unnormalisation (mean 0, std 0.2) and the random head shrunk, the actions stay well inside.
+ROBOCASA_CAMERAS: tuple[str, ...] = ('robot0_agentview_left', 'robot0_eye_in_hand',
+                                     'robot0_agentview_right')
+ROBOCASA_IMAGE_SHAPE: tuple[int, int, int] = (3, 64, 64)
+ROBOCASA_STATE = {'mean': (0.0,), 'std': (0.5,), 'min': (-2.0,), 'max': (2.0,)}
+ROBOCASA_ACTION = {'mean': (0.0,), 'std': (0.2,), 'min': (-1.0,), 'max': (1.0,)}
+# The action order (layout.ACTION_ORDERS) the tiny checkpoint's columns are named in.
+ROBOCASA_ACTION_ORDER = 'robocasa'
+
+
+def build_tiny_robocasa_act(out: str | Path, *, chunk_size: int = 20,
+                            n_action_steps: int | None = None,
+                            cameras: tuple[str, ...] = ROBOCASA_CAMERAS,
+                            image_shape: tuple[int, int, int] = ROBOCASA_IMAGE_SHAPE,
+                            action_scale: float = 0.1, seed: int = 0) -> Path:
+    """A tiny ACT checkpoint in RoboCasa's layout, as LeRobot's RoboCasa checkpoints are:
+    ``observation.state`` [16] (layout.STATE_NAMES), ``observation.images.<camera>`` for the
+    three PandaOmron views, ``action`` [12] inside [-1, 1].
+
+    ACT's config has no field for action names: the `lerobot` backend names the columns with
+    its ``action_names`` parameter (layout.action_names(order) of the order it was trained in;
+    ``ROBOCASA_ACTION_ORDER`` for this one, whose random weights mean no order in particular).
+    """
+    import torch
+    from lerobot.policies.act.configuration_act import ACTConfig
+    from lerobot.policies.act.modeling_act import ACTPolicy
+
+    from lerobot_lang_nodes.robocasa import layout
+    torch.manual_seed(seed)
+    inputs, outputs = _features(image_shape, cameras, layout.STATE_DIM, layout.ACTION_DIM)
+    cfg = ACTConfig(input_features=inputs, output_features=outputs, device='cpu',
+                    chunk_size=chunk_size, n_action_steps=n_action_steps or chunk_size,
+                    pretrained_backbone_weights=None, dim_model=32, n_heads=2,
+                    dim_feedforward=64, n_encoder_layers=1, n_decoder_layers=1,
+                    n_vae_encoder_layers=1, latent_dim=8, push_to_hub=False)
+    policy = ACTPolicy(cfg)
+    with torch.no_grad():
+        policy.model.action_head.weight.mul_(action_scale)
+        policy.model.action_head.bias.zero_()
+    stats = _stats(inputs, outputs, {'observation.state': ROBOCASA_STATE,
+                                     'action': ROBOCASA_ACTION})
+    return _save(policy, cfg, stats, Path(out))
+
+
 def build_tiny_diffusion(out: str | Path, *, horizon: int = 16, n_action_steps: int = 8,
                          n_obs_steps: int = 2, cameras: tuple[str, ...] = CAMERAS,
                          image_shape: tuple[int, int, int] = IMAGE_SHAPE, state_dim: int = 6,
@@ -113,4 +166,6 @@ def build_tiny_diffusion(out: str | Path, *, horizon: int = 16, n_action_steps: 
     return _save(DiffusionPolicy(cfg), cfg, _stats(inputs, outputs), Path(out))
 
 
-__all__ = ['CAMERAS', 'IMAGE_SHAPE', 'JOINT_NAMES', 'build_tiny_act', 'build_tiny_diffusion']
+__all__ = ['CAMERAS', 'IMAGE_SHAPE', 'JOINT_NAMES', 'ROBOCASA_ACTION_ORDER', 'ROBOCASA_CAMERAS',
+           'ROBOCASA_IMAGE_SHAPE', 'build_tiny_act', 'build_tiny_diffusion',
+           'build_tiny_robocasa_act']

@@ -205,3 +205,13 @@ def test_reduced_precision_runs_under_autocast(checkpoints) -> None:
     full = lp.LeRobotPolicy(cfg(checkpoints['act'])).infer(obs)
     half = lp.LeRobotPolicy(cfg(checkpoints['act'], dtype='bfloat16')).infer(obs)
     assert half.shape == full.shape and np.allclose(half, full, atol=0.05)
+
+
+def test_action_names_parameter_sets_the_so101_joint_order(checkpoints) -> None:
+    order = tuple(reversed(JOINT_NAMES))
+    policy = lp.LeRobotPolicy(cfg(checkpoints['act'], action_names=order, robot_type='so101'))
+    assert policy.action_names == policy.order == order and policy.robot_type == 'so101'
+    assert np.allclose(policy.frame(observation(Q))['observation.state'],
+                       policy.units.to_lerobot(Q[::-1]), atol=1e-5)
+    with pytest.raises(lp.PolicyLoadError, match='expected the six SO-101 joints'):
+        lp.LeRobotPolicy(cfg(checkpoints['act'], action_names=('x', 'y')))

@@ -8,6 +8,11 @@ LeRobot robot loop builds (``observation.state`` in the checkpoint's SO-101 unit
 ``prepare_observation_for_inference`` and the preprocessor, predicts a chunk and unnormalises
 it with the postprocessor; the actions are then converted back to radians.
 
+With ``state_units: raw`` (another robot, e.g. RoboCasa's PandaOmron) nothing is converted:
+the state vector is the incoming values picked by name (``state_names``) and the actions are
+the postprocessor's output, columns named ``action_names``; any dimensions are accepted as long
+as the names count them.
+
 Only this module imports torch / lerobot, and only when the backend is constructed.
 """
 
@@ -33,9 +38,12 @@ STATE_KEY = 'observation.state'
 ACTION_KEY = 'action'
 REQUIRED_FILES = ('config.json', 'model.safetensors', 'policy_preprocessor.json',
                   'policy_postprocessor.json')
-STATE_UNITS = ('degrees', 'range_m100_100')
+SO101_UNITS = ('degrees', 'range_m100_100')
+# 'raw': no SO-101 conversion; the state and actions are the checkpoint's own values.
+STATE_UNITS = (*SO101_UNITS, 'raw')
 DTYPES = ('auto', 'float32', 'bfloat16', 'float16')
-# LeRobot >= 0.5 names the SO-100/101 follower robot type `so_follower`.
+# LeRobot >= 0.5 names the SO-100/101 follower robot type `so_follower`; the default of the
+# `robot_type` parameter.
 ROBOT_TYPE = 'so_follower'
 
 
@@ -88,6 +96,26 @@ def joint_order(action_feature_names: Sequence[str] | None) -> tuple[str, ...]:
     return names
 
 
+def names_param(values: Sequence[str] | None) -> tuple[str, ...]:
+    """A string-array parameter where [''] (ROS has no empty array literal) or [] means unset."""
+    return tuple(str(v) for v in (values or ()) if str(v))
+
+
+def checkpoint_state_names(config: Any, state_dim: int | None) -> tuple[str, ...]:
+    """State names a checkpoint declares, for ``state_units: raw``; () when it declares none.
+
+    A ``state_feature_names`` / ``state_names`` attribute of the config when it has one, else
+    its ``action_feature_names`` when they count the state (a joint-space robot whose state and
+    action are the same joints).
+    """
+    for attr in ('state_feature_names', 'state_names'):
+        names = names_param(getattr(config, attr, None))
+        if names:
+            return names
+    names = names_param(getattr(config, 'action_feature_names', None))
+    return names if names and state_dim == len(names) else ()
+
+
 def check_files(path: Path) -> None:
     """Raise PolicyLoadError naming what a checkpoint directory lacks."""
     if not path.exists():
@@ -106,12 +134,21 @@ def check_files(path: Path) -> None:
 
 def check_features(path: Path, policy_type: str, input_features: Mapping[str, Any],
                    output_features: Mapping[str, Any], camera_keys: Mapping[str, str],
-                   n_joints: int = len(JOINT_NAMES)) -> None:
+                   n_joints: int = len(JOINT_NAMES), *, raw: bool = False,
+                   state_names: Sequence[str] = (), action_names: Sequence[str] = ()) -> None:
     """Refuse a checkpoint whose features this graph cannot feed or execute.
 
     ``*_features`` map a key to an object with ``type`` (a FeatureType or its name) and
-    ``shape``; ``camera_keys`` is the camera -> image key map of the graph.
+    ``shape``; ``camera_keys`` is the camera -> image key map of the graph. SO-101 units: the
+    state and the action have ``n_joints`` values. ``raw`` (state_units raw): any dimensions,
+    but the state must have one value per name in ``state_names`` (when given; empty = the
+    incoming order, checked at inference) and the action one per name in ``action_names``.
     """
+    if raw:
+        _check_raw_features(path, policy_type, input_features, output_features, camera_keys,
+                            tuple(state_names), tuple(action_names))
+        return
+
     def kind(ft: Any) -> str:
         return str(getattr(ft.type, 'value', ft.type))
 
@@ -145,6 +182,53 @@ def check_features(path: Path, policy_type: str, input_features: Mapping[str, An
             f'{STATE_KEY} [{n_joints}] (SO-101 joints) and action [{n_joints}]. Map cameras '
             "with camera_map ('<camera>:<image key>') and cameras, or use a checkpoint trained "
             'on an SO-101')
+
+
+def _kind(ft: Any) -> str:
+    return str(getattr(ft.type, 'value', ft.type))
+
+
+def _check_raw_features(path: Path, policy_type: str, input_features: Mapping[str, Any],
+                        output_features: Mapping[str, Any], camera_keys: Mapping[str, str],
+                        state_names: tuple[str, ...], action_names: tuple[str, ...]) -> None:
+    offered = set(camera_keys.values()) | {STATE_KEY}
+    problems = []
+    for key, ft in input_features.items():
+        if _kind(ft) == 'VISUAL':
+            if key not in offered:
+                problems.append(f'image {key!r} is fed by no camera')
+        elif _kind(ft) == 'STATE':
+            if key != STATE_KEY:
+                problems.append(f'state {key!r} is not {STATE_KEY!r}')
+            elif len(ft.shape) != 1:
+                problems.append(f'{key} has shape {list(ft.shape)}, not a vector')
+            elif state_names and ft.shape[0] != len(state_names):
+                problems.append(f'{key} has {ft.shape[0]} values but there are '
+                                f'{len(state_names)} state names {list(state_names)}; set '
+                                f'state_names to the {ft.shape[0]} names of the state topic '
+                                "in the checkpoint's order")
+        else:
+            problems.append(f'input {key!r} of type {_kind(ft)} has no ROS source')
+    actions = {k: ft for k, ft in output_features.items() if _kind(ft) == 'ACTION'}
+    if list(actions) != [ACTION_KEY]:
+        problems.append(f'outputs {sorted(output_features)}; expected one {ACTION_KEY!r}')
+    elif tuple(actions[ACTION_KEY].shape) != (len(action_names),):
+        shape = list(actions[ACTION_KEY].shape)
+        problems.append(f'action has shape {shape} but there are {len(action_names)} action '
+                        f'names {list(action_names)}; set action_names to the names of the '
+                        f"{shape[-1] if shape else 0} action columns in the checkpoint's order")
+    if problems:
+        expects = {k: f'{_kind(ft)} {list(ft.shape)}'
+                   for k, ft in {**input_features, **output_features}.items()}
+        cams = ', '.join(f'{c} -> {k}' for c, k in camera_keys.items()) or 'no cameras'
+        state = (f'[{len(state_names)}] {list(state_names)}' if state_names
+                 else '(the incoming order)')
+        raise PolicyLoadError(
+            f'checkpoint {path} ({policy_type}, state_units raw) cannot run on this graph: '
+            f"{'; '.join(problems)}. It expects {expects}; the graph offers cameras [{cams}], "
+            f'{STATE_KEY} {state} and action [{len(action_names)}] {list(action_names)}. Map '
+            "cameras with camera_map ('<camera>:<image key>') and cameras, name the state and "
+            'action columns with state_names and action_names')
 
 
 def nominal_sim_calibration() -> tuple[Calibration, np.ndarray]:
@@ -242,10 +326,10 @@ class LeRobotPolicy:
             raise PolicyLoadError(f'{self.model_path / "config.json"} is not a LeRobot policy '
                                   f'config ({type(exc).__name__}: {exc})') from exc
         self.policy_type = str(config.type)
-        self.order = joint_order(getattr(config, 'action_feature_names', None))
-        self.action_names = self.order
+        self._names(cfg, config)
         check_features(self.model_path, self.policy_type, config.input_features,
-                       config.output_features, self.camera_keys)
+                       config.output_features, self.camera_keys, raw=self.raw,
+                       state_names=self.state_names, action_names=self.action_names)
         self.image_shapes = {k: tuple(ft.shape) for k, ft in config.input_features.items()
                              if k.startswith(IMAGE_PREFIX)}
         self.uses_state = STATE_KEY in config.input_features
@@ -282,15 +366,46 @@ class LeRobotPolicy:
                                 or getattr(config, 'chunk_size', 1) or 1)
         self._use_chunk_method = (self.n_obs_steps == 1
                                   and hasattr(policy, 'predict_action_chunk'))
-        calibration, zero = self._calibration(cfg)
-        self.units = StateUnits(calibration, str(getattr(cfg, 'state_units', 'degrees')),
-                                self.order, zero)
+        self.units: StateUnits | None = None
+        if not self.raw:
+            calibration, zero = self._calibration(cfg)
+            self.units = StateUnits(calibration, self.state_units, self.order, zero)
         self._instruction: str | None = None
         self._lock = threading.Lock()  # one inference at a time on one model
         self._warned_aspect: set[str] = set()
         logger.info('loaded %s checkpoint %s on %s: chunk %d actions, inputs %s',
                     self.policy_type, self.model_path, self.device, self.chunk_length,
                     sorted(config.input_features))
+
+    def _names(self, cfg: Any, config: Any) -> None:
+        """State units, robot type and the state / action names (``order``, ``state_names``,
+        ``action_names``) from the parameters and the checkpoint's config."""
+        self.state_units = str(getattr(cfg, 'state_units', 'degrees'))
+        if self.state_units not in STATE_UNITS:
+            raise PolicyLoadError(f'state_units {self.state_units!r} is not one of '
+                                  f'{list(STATE_UNITS)}')
+        self.raw = self.state_units == 'raw'
+        self.robot_type = str(getattr(cfg, 'robot_type', ROBOT_TYPE))
+        self.state_topic = str(getattr(cfg, 'state_topic', 'joint_states') or 'joint_states')
+        declared = names_param(getattr(config, 'action_feature_names', None))
+        given_actions = names_param(getattr(cfg, 'action_names', ()))
+        given_state = names_param(getattr(cfg, 'state_names', ()))
+        if self.raw:
+            state = config.input_features.get(STATE_KEY)
+            state_dim = int(state.shape[0]) if state is not None and state.shape else None
+            self.action_names = given_actions or declared or JOINT_NAMES
+            # () = the incoming values in their order.
+            self.state_names = given_state or checkpoint_state_names(config, state_dim)
+            self.order = self.action_names
+            return
+        if given_state:
+            raise PolicyLoadError(f'state_names {list(given_state)} is for state_units raw; '
+                                  f'with state_units {self.state_units!r} the state is the '
+                                  'SO-101 joints in the action order (action_names or the '
+                                  "checkpoint's)")
+        self.order = joint_order(given_actions or declared or None)
+        self.action_names = self.order
+        self.state_names = self.order
 
     @staticmethod
     def _calibration(cfg: Any) -> tuple[Calibration, np.ndarray | None]:
@@ -311,11 +426,14 @@ class LeRobotPolicy:
         if self.uses_state:
             names = list(observation['joint_names'])
             positions = np.asarray(observation['joint_positions'], dtype=np.float64)
-            missing = [j for j in self.order if j not in names]
-            if missing:
-                raise ValueError(f'joint_states lacks {missing}; got {names}')
-            rad = positions[[names.index(j) for j in self.order]]
-            frame[STATE_KEY] = self.units.to_lerobot(rad).astype(np.float32)
+            if self.raw:
+                frame[STATE_KEY] = self._raw_state(names, positions).astype(np.float32)
+            else:
+                missing = [j for j in self.order if j not in names]
+                if missing:
+                    raise ValueError(f'{self.state_topic} lacks {missing}; got {names}')
+                rad = positions[[names.index(j) for j in self.order]]
+                frame[STATE_KEY] = self.units.to_lerobot(rad).astype(np.float32)
         images = observation.get('images') or {}
         for camera, key in self.camera_keys.items():
             if key not in self.image_shapes:
@@ -325,6 +443,24 @@ class LeRobotPolicy:
                 raise ValueError(f'no image yet from camera {camera!r} (checkpoint key {key})')
             frame[key] = np.ascontiguousarray(img)
         return frame
+
+    def _raw_state(self, names: list[str], positions: np.ndarray) -> np.ndarray:
+        """The state vector of ``state_units: raw``: the values of ``state_names`` in their
+        order, or the incoming values as they are when no names are set."""
+        dim = int(self.config.input_features[STATE_KEY].shape[0])
+        if not self.state_names:
+            if positions.shape != (dim,):
+                raise ValueError(f'{self.state_topic} has {positions.size} values, the '
+                                 f'checkpoint\'s {STATE_KEY} {dim}; set state_names to pick '
+                                 f'them by name (got {names})')
+            return positions
+        if len(positions) != len(names):
+            raise ValueError(f'{self.state_topic} has {len(names)} names but {len(positions)} '
+                             'positions')
+        missing = [n for n in self.state_names if n not in names]
+        if missing:
+            raise ValueError(f'{self.state_topic} lacks {missing}; got {names}')
+        return positions[[names.index(n) for n in self.state_names]]
 
     def _resize(self, batch: dict[str, Any]) -> None:
         """Bring each image to the checkpoint's declared (C, H, W) (bilinear, antialiased)."""
@@ -344,7 +480,7 @@ class LeRobotPolicy:
                                                          antialias=True, align_corners=False)
 
     def infer_lerobot_units(self, observation: Mapping[str, Any]) -> np.ndarray:
-        """(H, n) actions in the checkpoint's units, joint order ``order``."""
+        """(H, n) actions in the checkpoint's units, columns ``action_names``."""
         torch = self._torch
         instruction = str(observation.get('instruction') or '')
         frame = self.frame(observation)
@@ -352,7 +488,7 @@ class LeRobotPolicy:
             if instruction != self._instruction:
                 self.reset()
                 self._instruction = instruction
-            batch = self._prepare(frame, self.device, instruction, ROBOT_TYPE)
+            batch = self._prepare(frame, self.device, instruction, self.robot_type)
             self._resize(batch)
             batch = self.preprocessor(batch)
             amp = (torch.autocast(device_type=self.device.type, dtype=self._dtype)
@@ -370,8 +506,12 @@ class LeRobotPolicy:
         return out.reshape(-1, out.shape[-1])
 
     def infer(self, observation: Mapping[str, Any]) -> np.ndarray:
-        """(H, 6) joint targets in radians, columns ``action_names``."""
-        return self.units.to_radians(self.infer_lerobot_units(observation))
+        """(H, 6) joint targets in radians, columns ``action_names``; with ``state_units: raw``
+        (H, n) actions as the checkpoint gives them."""
+        actions = self.infer_lerobot_units(observation)
+        if self.units is None:
+            return actions.astype(np.float64)
+        return self.units.to_radians(actions)
 
     def reset(self) -> None:
         """Forget the episode state (history queues, ensembles): at every instruction change."""
@@ -387,4 +527,5 @@ class LeRobotPolicy:
 
 
 __all__ = ['LeRobotPolicy', 'PolicyLoadError', 'StateUnits', 'check_features',
-           'joint_order', 'nominal_sim_calibration', 'parse_camera_map']
+           'checkpoint_state_names', 'joint_order', 'names_param', 'nominal_sim_calibration',
+           'parse_camera_map']
