@@ -7,4 +7,4 @@ test:
 sim:
 	./scripts/sim.sh
 clean:
-	rm -rf .venv build
+	rm -rf .venv .venv-robocasa build

@@ -152,6 +152,22 @@ def require_ml(*modules: str) -> None:
             pytest.skip(reason, allow_module_level=True)
 
 
+REQUIRE_ROBOCASA_ENV = 'LEROBOT_LANG_REQUIRE_ROBOCASA'
+
+
+def require_robocasa_env() -> Path:
+    """The RoboCasa bridge's environment prefix; skip the test without it (fail under CI)."""
+    import pytest
+
+    from lerobot_lang_nodes import graph
+    try:
+        return graph.environment_prefix('robocasa')
+    except FileNotFoundError as exc:
+        if os.environ.get(REQUIRE_ROBOCASA_ENV) == '1':
+            pytest.fail(f'{REQUIRE_ROBOCASA_ENV}=1 but {exc}', pytrace=False)
+        pytest.skip(str(exc), allow_module_level=True)
+
+
 def stop_popen(proc: subprocess.Popen, timeout_s: float) -> None:
     """Stop a still-running process as an operator would: SIGINT, SIGKILL after ``timeout_s``."""
     if proc.poll() is not None:

@@ -3,7 +3,8 @@
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 "$ROOT/scripts/system-deps.sh"
-"$ROOT/scripts/setup.sh" --ml
+# --robocasa also builds .venv-robocasa (robosuite 1.5.2, MuJoCo < 3.10) for the robocasa_bridge.
+"$ROOT/scripts/setup.sh" --ml --robocasa
 cd "$ROOT"
 # DDS stays on this machine; test/conftest.py also picks a free ROS_DOMAIN_ID per run.
 export ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST

@@ -22,6 +22,8 @@ from lerobot_lang_nodes import dds, graph
 from lerobot_lang_nodes.procs import kill_with_stacks
 
 DEFAULT_SIM_TASK = 'put the red cube in the bowl'
+# --task default in a kitchen: the episode's own language, once the bridge publishes it.
+SCENE_TASK = '<scene>'
 STOP_TIMEOUT_S = 10.0
 OUTPUTS = Path('outputs')
 _LIVE_VIEW = re.compile(r'live view: (http://\S+)')
@@ -34,8 +36,10 @@ def add_arguments(command: str, parser: argparse.ArgumentParser) -> None:
     parser.add_argument('--params-file', type=Path, default=None,
                         help='ros__parameters YAML for every node (default: the shipped '
                              f'config/{graph.PARAMS_FILES.get(command, "")})')
-    parser.add_argument('--task', default=DEFAULT_SIM_TASK if command == 'sim' else '',
-                        help='task to start with (empty: wait for /task); default %(default)r')
+    parser.add_argument('--task', default=None,
+                        help='task to start with (empty: wait for /task); default: '
+                             f'{DEFAULT_SIM_TASK!r} on the tabletop, the episode\'s language '
+                             '(sim/task_description) in a kitchen, none on the real arm')
     if command == 'sim':
         parser.add_argument('--simulator', choices=sorted(graph.SIMULATORS), default='mujoco',
                             help='mujoco: the SO-101 tabletop (default); robocasa: RoboCasa '
@@ -239,6 +243,9 @@ def run(command: str, args: argparse.Namespace) -> int:
         cameras = tuple(real_config.camera_names(args.robot_yaml))
     else:
         params_file = apply_overrides(params_file, model_overrides(args))
+    if args.task is None:
+        args.task = {'sim': DEFAULT_SIM_TASK, 'robocasa': SCENE_TASK}.get(
+            graph_name(command, args), '')
     specs = _node_specs(command, args, cameras)
     for spec in specs:
         if spec.environment:
@@ -339,6 +346,10 @@ def _supervise(args: argparse.Namespace, procs: list[Supervised], stopping: thre
                              qos.LATCHED)
     task_pub = node.create_publisher(String, 'task', qos.LATCHED)
     task_sent = not args.task
+    scene_task: list[str] = []
+    if args.task == SCENE_TASK:  # a kitchen: its episode's language becomes the task
+        node.create_subscription(String, 'sim/task_description',
+                                 lambda m: scene_task.append(m.data), qos.LATCHED)
     if not args.task:
         print('[lerobot-lang] no task given: send one with `lerobot-lang task TEXT` or type '
               '`/task TEXT` in `lerobot-lang console`', flush=True)
@@ -354,8 +365,10 @@ def _supervise(args: argparse.Namespace, procs: list[Supervised], stopping: thre
                           ' stopping the graph', flush=True)
                     return 1
             if not task_sent and task_pub.get_subscription_count() > 0:
-                task_pub.publish(String(data=args.task))
-                task_sent = True
+                task = scene_task[0] if args.task == SCENE_TASK and scene_task else args.task
+                if task != SCENE_TASK:
+                    task_pub.publish(String(data=task))
+                    task_sent = True
             if not viewer_url_printed and urls:
                 print(f'[lerobot-lang] live view: {urls[0]}', flush=True)
                 viewer_url_printed = True

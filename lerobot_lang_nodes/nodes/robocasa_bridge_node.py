@@ -36,6 +36,7 @@ from lerobot_lang_nodes.robocasa.envs import SIMULATORS, SPLITS, factory, reseed
 from lerobot_lang_nodes.robocasa.host import KitchenHost, KitchenSpec
 
 CATCH_UP_S = 1.0  # as sim_bridge: a longer stall restarts the pacing instead of catching up
+REPORT_PERIOD_S = 30.0  # the real-time factor in the log
 
 
 @dataclass(frozen=True)
@@ -131,6 +132,8 @@ class RoboCasaBridgeNode(Node):
         self.publish_errors = 0
         self._loop_error = ''
         self._cadence: Cadence | None = None
+        self._wall_start: float | None = None
+        self._sim_start = 0.0
         self.fault_hook = None  # tests: a callable run in each cycle (e.g. one that raises)
 
         self._clock_pub = self.create_publisher(Clock, '/clock', qos.CLOCK)
@@ -216,6 +219,8 @@ class RoboCasaBridgeNode(Node):
         cadence = (Cadence(cfg.ctrl_hz * cfg.real_time_factor, time.monotonic(),
                            catch_up_s=CATCH_UP_S) if cfg.real_time_factor > 0 else None)
         self._cadence = cadence
+        self._wall_start, self._sim_start = time.monotonic(), host.sim_time
+        report_at = self._wall_start + REPORT_PERIOD_S
         try:
             self._publish_all(host.sim_time, images=True)
             while self._running and self.context.ok():
@@ -251,11 +256,24 @@ class RoboCasaBridgeNode(Node):
                 ticks.advance()
                 if cadence is not None:
                     time.sleep(cadence.delay(time.monotonic()))
+                if time.monotonic() > report_at:
+                    self.get_logger().info(
+                        f'real-time factor {self.real_time_factor():.2f} (environment step '
+                        f'{host.times.median_ms():.0f} ms median, {len(cfg.cameras)} views at '
+                        f'{cfg.image_size} px)')
+                    report_at = time.monotonic() + REPORT_PERIOD_S
         except _rclpy.RCLError:
             if self.context.ok():
                 raise
         finally:
             host.close()
+
+    def real_time_factor(self) -> float:
+        """Simulated seconds per wall second since the loop started."""
+        if self._wall_start is None:
+            return 0.0
+        wall = time.monotonic() - self._wall_start
+        return (self.host.sim_time - self._sim_start) / wall if wall > 0 else 0.0
 
     def _on_loop_error(self, exc: Exception) -> None:
         """An unexpected exception in a cycle: pause (queue cleared), hold, report ERROR."""
@@ -356,6 +374,7 @@ class RoboCasaBridgeNode(Node):
                   'language': self.host.language, 'seed': self.host.seed,
                   'resets': self.host.reset_count, 'terminations': self.host.terminations,
                   'step_ms_p50': round(self.host.times.median_ms(), 2),
+                  'real_time_factor': round(self.real_time_factor(), 3),
                   'loop_errors': self.loop_errors.count, 'last_loop_error': self._loop_error,
                   'publish_errors': self.publish_errors, 'mode': st.mode,
                   'dispatched': st.dispatched, 'starved_ticks': st.starved_ticks,

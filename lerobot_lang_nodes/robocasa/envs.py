@@ -23,13 +23,16 @@ SIMULATORS = ('robocasa', 'robosuite', 'standin')
 SPLITS = ('all', 'pretrain', 'target')
 INSTALL_HELP = (
     'Install RoboCasa into the bridge\'s environment (.venv-robocasa, made by '
-    'scripts/setup.sh --robocasa): `.venv-robocasa/bin/pip install '
-    '"robocasa @ git+https://github.com/robocasa/robocasa"`, then download its kitchen assets '
-    '(about 10 GB) with `.venv-robocasa/bin/python -m robocasa.scripts.download_kitchen_assets`. '
-    'Without them, run the bridge with simulator:=robosuite (stock robosuite scene) or '
-    'simulator:=standin.')
-# Folders under robocasa/models/assets that a kitchen needs and the download fills.
-ASSET_FOLDERS = ('objects', 'fixtures', 'textures')
+    'scripts/setup.sh --robocasa): clone robosuite (master branch; RoboCasa needs it) and '
+    'robocasa from GitHub and `pip install --no-deps -e` both into .venv-robocasa (the README '
+    'section "RoboCasa kitchens" lists the steps), then run `.venv-robocasa/bin/python -m '
+    'robocasa.scripts.setup_macros` and download the kitchen assets (about 10 GB) with '
+    '`.venv-robocasa/bin/python -m robocasa.scripts.download_kitchen_assets`. Without them, '
+    'run the bridge with simulator:=robosuite (a stock robosuite scene) or simulator:=standin.')
+# Folders under robocasa/models/assets that only the asset download fills (the git checkout
+# has other fixtures/ and objects/ entries); without them a kitchen's reset fails with
+# FileNotFoundError deep inside the scene's XML.
+ASSET_FOLDERS = ('textures', 'fixtures/cabinets', 'objects/objaverse')
 
 
 class SimulatorUnavailable(ImportError):
@@ -87,8 +90,16 @@ def make_robosuite(spec: KitchenSpec, seed: int) -> Any:
 
 
 def reseed_rng(env: Any, seed: int) -> None:
-    """Make the next ``env.reset()`` draw its layout from ``seed`` (robosuite's ``rng``)."""
+    """Make the next ``env.reset()`` draw its layout from ``seed``.
+
+    robosuite environments draw from ``env.rng`` (RoboCasa rebuilds its samplers from it at
+    every reset, as its gym wrapper relies on); a stock environment's object sampler keeps the
+    generator it was built with, so it gets the new one too.
+    """
     env.rng = np.random.default_rng(seed)
+    sampler = getattr(env, 'placement_initializer', None)
+    if sampler is not None and hasattr(sampler, 'rng'):
+        sampler.rng = env.rng
 
 
 FACTORIES: dict[str, Callable[[KitchenSpec, int], Any]] = {

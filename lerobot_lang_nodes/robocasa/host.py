@@ -7,10 +7,12 @@ directly. One host owns one environment and must stay on one thread (MuJoCo's re
   horizon and the host never resets on success). If the environment ends the episode anyway
   (its horizon), the host resets it with the same seed and counts the event.
 * ``reset()`` re-rolls the kitchen: reset ``k`` uses ``seed + 1000 * k``.
-* Actions arrive in the policy's order (``action_order``) and are mapped to ``env.step``'s
-  order by name (layout.py), clipped to the environment's action bounds. With no action (paused,
-  starved) the host holds: arm and base motion zero, the last gripper command and base mode
-  kept.
+* Actions arrive in the policy's order (``action_order``) and are mapped by name (layout.py)
+  to the order the environment's ``env.step`` takes (read from its composite controller:
+  RoboCasa kitchens take the ``robocasa`` order, stock robosuite the ``env`` order), clipped
+  to the action bounds; gripper and base mode are binarised at 0.5 as RoboCasa's gym wrapper
+  does. With no action (paused, starved) the host holds: arm and base motion zero, the last
+  gripper command and base mode kept.
 * Observations: images turned upright (robosuite renders bottom row first), the 16-D state,
   the arm's joint positions.
 """
@@ -58,6 +60,21 @@ class StepTimes:
         return statistics.median(self.step_ms) if self.step_ms else 0.0
 
 
+def env_action_order(env: Any) -> str:
+    """The 12-D order ``env.step`` takes: the environment's own ``action_order`` (stand-in),
+    else read from its robot's composite controller (robosuite, RoboCasa)."""
+    order = getattr(env, 'action_order', None)
+    if isinstance(order, str):
+        layout.action_names(order)
+        return order
+    try:
+        split = env.robots[0].composite_controller._action_split_indexes  # noqa: SLF001
+    except (AttributeError, IndexError) as exc:
+        raise ValueError('cannot tell the action order of this environment (no composite '
+                         f'controller on robots[0]: {exc})') from exc
+    return layout.order_from_split(split)
+
+
 class KitchenHost:
     """One kitchen scene driven one control period at a time."""
 
@@ -65,8 +82,6 @@ class KitchenHost:
                  reseed: Callable[[Any, int], None] | None = None) -> None:
         self.spec = spec
         self.action_names = layout.action_names(spec.action_order)
-        self._to_env = layout.permutation(spec.action_order, 'env')
-        self._env_index = {n: i for i, n in enumerate(layout.ACTION_ORDERS['env'])}
         self._make_env = make_env
         self._reseed = reseed
         self.period_s = 1.0 / spec.control_hz
@@ -77,17 +92,24 @@ class KitchenHost:
         self.times = StepTimes()
         self.seed = spec.seed
         self.env = make_env(spec, spec.seed)
+        self.env_order = env_action_order(self.env)
+        self._to_env = layout.permutation(spec.action_order, self.env_order)
+        self._env_index = {n: i for i, n in enumerate(layout.action_names(self.env_order))}
         low, high = (np.asarray(b, dtype=np.float64).reshape(-1) for b in self.env.action_spec)
         if low.size != layout.ACTION_DIM:
             raise ValueError(f'the environment takes {low.size}-D actions; the bridge drives a '
                              f'PandaOmron with {layout.ACTION_DIM}')
         # Bounds in the policy's order (the executor's limits).
-        from_env = layout.permutation('env', spec.action_order)
+        from_env = layout.permutation(self.env_order, spec.action_order)
         self.lower, self.upper = low[from_env], high[from_env]
         self._env_low, self._env_high = low, high
         self._last_env_action = np.zeros(layout.ACTION_DIM)
         self._last_env_action[self._env_index['gripper']] = low[self._env_index['gripper']]
         self._last_env_action[self._env_index['base_mode']] = low[self._env_index['base_mode']]
+        # The first scene is drawn exactly as a reset's: so scene k of any session is the one
+        # a host started with seed + 1000 * k shows first.
+        if reseed is not None:
+            reseed(self.env, spec.seed)
         self._obs: Mapping[str, Any] = self.env.reset()
         self.language = self._language()
 
@@ -132,7 +154,8 @@ class KitchenHost:
             if values.size != layout.ACTION_DIM:
                 raise ValueError(f'action has {values.size} values, expected '
                                  f'{layout.ACTION_DIM} ({self.spec.action_order} order)')
-            env_action = np.clip(values[self._to_env], self._env_low, self._env_high)
+            env_action = layout.binarise(np.clip(values[self._to_env], self._env_low,
+                                                 self._env_high), self.env_order)
         start = time.perf_counter()
         obs, _reward, done, _info = self.env.step(env_action)
         self.times.step_ms.append((time.perf_counter() - start) * 1000.0)

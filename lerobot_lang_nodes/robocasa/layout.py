@@ -2,12 +2,13 @@
 
 Three 12-D orders exist for the same action (ARCHITECTURE.md, "RoboCasa"):
 
-* ``env``: what robosuite's ``env.step`` takes, in the order of the robot's composite
-  controller parts: arm (end-effector position and rotation deltas), torso, base, gripper,
-  base mode.
+* ``env``: what a stock robosuite environment's ``env.step`` takes for a PandaOmron, in the
+  order of its composite controller's parts: arm (end-effector position and rotation deltas),
+  torso, base, gripper, base mode.
 * ``robocasa``: RoboCasa's ``convert_action`` order, which openpi and the LeRobot RoboCasa
   runtime feed their policies: end effector, gripper, base motion (base then torso), control
-  mode.
+  mode. RoboCasa's kitchens reorder their controller parts so that their ``env.step`` takes
+  this order too.
 * ``lerobot``: the column order of LeRobot's RoboCasa datasets: base motion, control mode, end
   effector, gripper.
 
@@ -99,6 +100,41 @@ def state_vector(obs: Mapping[str, np.ndarray]) -> np.ndarray:
                              f'{len(names)}')
         parts.append(value)
     return np.concatenate(parts)
+
+
+# The composite controller's part names (robosuite) -> the entries they drive.
+CONTROLLER_PARTS = {'right': EEF_POS + EEF_ROT, 'right_gripper': GRIPPER, 'base': BASE,
+                    'torso': TORSO}
+# Entries RoboCasa's gym wrapper binarises before env.step: -1 below 0.5, +1 from 0.5 on, so
+# policies trained on {0, 1} or on {-1, +1} targets both work.
+BINARY = ('gripper', 'base_mode')
+
+
+def order_from_split(split_indexes: Mapping[str, tuple[int, int]]) -> str:
+    """The order an environment's ``env.step`` takes, from its composite controller's
+    ``_action_split_indexes`` ({part: (start, end)}; base mode is the last entry)."""
+    names: list[str] = []
+    for part, (start, end) in sorted(split_indexes.items(), key=lambda kv: kv[1][0]):
+        entries = CONTROLLER_PARTS.get(part)
+        if entries is None or len(entries) != end - start:
+            raise ValueError(f'controller part {part!r} ({end - start} values) is not one of a '
+                             f'PandaOmron\'s {sorted(CONTROLLER_PARTS)}')
+        names.extend(entries)
+    order = order_of((*names, *BASE_MODE))
+    if order is None:
+        raise ValueError(f'the controller takes {names + list(BASE_MODE)}, which is none of '
+                         f'the known orders {sorted(ACTION_ORDERS)}')
+    return order
+
+
+def binarise(env_action: np.ndarray, order: str) -> np.ndarray:
+    """Gripper and base mode of ``env_action`` (in ``order``) as RoboCasa sends them."""
+    out = np.array(env_action, dtype=np.float64)
+    names = action_names(order)
+    for name in BINARY:
+        i = names.index(name)
+        out[..., i] = np.where(out[..., i] < 0.5, -1.0, 1.0)
+    return out
 
 
 def view_label(camera: str) -> str:

@@ -58,6 +58,7 @@ class StandInKitchen:
         self.ignore_done = bool(ignore_done)
         self.control_freq = float(control_freq)
         self.rng = np.random.default_rng(seed)
+        self.action_order = 'env'  # a stock robosuite PandaOmron's controller order
         self.action_dim = layout.ACTION_DIM
         self.action_spec = (-np.ones(self.action_dim), np.ones(self.action_dim))
         self.timestep = 0

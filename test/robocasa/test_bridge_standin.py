@@ -112,6 +112,10 @@ def test_reset_rerolls_with_robocasa_seeds_and_republishes_the_language(launch_n
         scene = StandInKitchen(seed=11 + 1000 * k, camera_names=())
         scene.reset()
         expected.append(scene.get_ep_meta()['lang'])
+    initial = StandInKitchen(seed=11, camera_names=())
+    initial.reset()
+    bridge.desc.wait_for(lambda m: m.data == initial.get_ep_meta()['lang'], 10.0,
+                         'the first scene\'s language')
     for k, language in zip((1, 2), expected):
         seen = len(bridge.desc)
         reply = probe.call(Trigger, 'sim/reset', Trigger.Request(), timeout_s=30.0)
@@ -165,8 +169,10 @@ def test_missing_robocasa_fails_once_with_how_to_install(launch_node, probe, tmp
     assert 'RoboCasa is not installed' in log and 'download_kitchen_assets' in log
     # RoboCasa importable but its kitchen assets not downloaded (empty folders).
     fake = tmp_path / 'site' / 'robocasa'
-    for folder in ('models/assets/objects', 'models/assets/fixtures', 'models/assets/textures'):
+    for folder in ('models/assets/objects/objaverse', 'models/assets/fixtures/counters',
+                   'models/assets/textures'):
         (fake / folder).mkdir(parents=True)
+    (fake / 'models/assets/fixtures/counters/model.xml').write_text('<mujoco/>')  # from git
     (fake / '__init__.py').write_text('')
     path = os.pathsep.join(p for p in (str(fake.parent), os.environ.get('PYTHONPATH')) if p)
     no_assets = launch_node(MODULE, name='no_assets', params={'simulator': 'robocasa'},

@@ -1,0 +1,82 @@
+"""The kitchen graph end to end: `lerobot-lang sim --simulator standin` with a LeRobot checkpoint.
+
+The robocasa_bridge runs from its own environment (.venv-robocasa), the planner, the policy
+(a RoboCasa-layout ACT checkpoint through LeRobot), the viewer and the recorder from this one;
+the scene's own language becomes the task, the policy's 12-D chunks are executed, the viewer
+labels the three views and the recorder keeps the 16-D state.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+
+import yaml
+
+from lerobot_lang_nodes import graph
+from lerobot_lang_nodes.testing import require_ml, require_robocasa_env, stop_popen, wait_until
+
+require_robocasa_env()
+require_ml()
+
+
+def test_kitchen_graph_runs_a_robocasa_checkpoint_from_the_command_line(tmp_path, probe):
+    from lerobot_lang_msgs.msg import ActionChunk, LanguageContext, RuntimeStatus
+    from lerobot_lang_nodes.nodes import qos
+    from lerobot_lang_nodes.robocasa import layout
+    from lerobot_lang_nodes.robocasa.standin import StandInKitchen
+    from lerobot_lang_nodes.tiny_models import policies
+
+    act = policies.build_tiny_robocasa_act(tmp_path / 'act', chunk_size=20)
+    scene = StandInKitchen(seed=5, camera_names=())
+    scene.reset()
+    language = scene.get_ep_meta()['lang']
+    contexts = probe.subscribe(LanguageContext, 'language_context', qos.LATCHED)
+    chunks = probe.subscribe(ActionChunk, 'action_chunk', qos.COMMAND)
+    status = probe.subscribe(RuntimeStatus, 'runtime_status', qos.STATUS)
+    params = yaml.safe_load(graph.default_params_file('robocasa').read_text())
+    params['robocasa_bridge']['ros__parameters'].update(seed=5, image_size=64)
+    params_file = tmp_path / 'params.yaml'
+    params_file.write_text(yaml.safe_dump(params))
+    session = tmp_path / 'session'
+    log = tmp_path / 'sim.log'
+    with log.open('w') as out:
+        proc = subprocess.Popen(
+            [sys.executable, '-m', 'lerobot_lang_nodes.cli.main', 'sim', '--simulator',
+             'standin', '--policy-path', str(act), '--device', 'cpu', '--record',
+             '--viewer-port', '0', '--timeout', '240', '--output-dir', str(session),
+             '--params-file', str(params_file)],
+            stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            start_new_session=True, env={**os.environ, 'HF_HUB_OFFLINE': '1'})
+    try:
+        def running() -> None:
+            assert proc.poll() is None, log.read_text()[-4000:]
+
+        ctx = contexts.wait_for(lambda c: c.task == language, timeout_s=120.0,
+                                what=f'the scene language {language!r} as the task')
+        assert ctx.task == language
+        chunk = chunks.wait_for(lambda c: c.backend == 'lerobot', timeout_s=120.0,
+                                what='a chunk from the lerobot policy')
+        assert tuple(chunk.action_names) == layout.action_names('robocasa')
+        st = status.wait_for(lambda s: s.dispatched >= 20, timeout_s=120.0,
+                             what='the chunks executed by robocasa_bridge')
+        assert st.rejected_invalid == 0, st.last_reject_reason
+        wait_until(lambda: (session / 'latest.png').is_file(), 60.0, 'the live view PNG')
+        running()
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=60) == 0, log.read_text()[-4000:]
+        text = log.read_text()
+        assert 'Traceback' not in text, text[-4000:]
+        assert 'robocasa_bridge ready: standin' in text, text[-4000:]
+        bridge_python = (session / 'logs' / 'robocasa_bridge.log').read_text()
+        assert 'robocasa_bridge ready' in bridge_python
+        bags = list((session / 'bags').rglob('*.mcap'))
+        assert bags, 'the recorder wrote no bag'
+        from rosbags.rosbag2 import Reader
+        with Reader(bags[0].parent) as reader:
+            topics = {c.topic: c.msgcount for c in reader.connections}
+        assert topics.get('/robot_state', 0) > 0, topics
+    finally:
+        stop_popen(proc, 30.0)
