@@ -347,6 +347,7 @@ def _supervise(args: argparse.Namespace, procs: list[Supervised], stopping: thre
     task_pub = node.create_publisher(String, 'task', qos.LATCHED)
     task_sent = not args.task
     scene_task: list[str] = []
+    last_scene_task = ''
     if args.task == SCENE_TASK:  # a kitchen: its episode's language becomes the task
         node.create_subscription(String, 'sim/task_description',
                                  lambda m: scene_task.append(m.data), qos.LATCHED)
@@ -364,11 +365,16 @@ def _supervise(args: argparse.Namespace, procs: list[Supervised], stopping: thre
                     print(f'[lerobot-lang] required node {p.spec.name} exited with code {code};'
                           ' stopping the graph', flush=True)
                     return 1
-            if not task_sent and task_pub.get_subscription_count() > 0:
-                task = scene_task[0] if args.task == SCENE_TASK and scene_task else args.task
-                if task != SCENE_TASK:
-                    task_pub.publish(String(data=task))
-                    task_sent = True
+            if args.task == SCENE_TASK:
+                # Each kitchen (the first, and every /sim/reset) brings its own task.
+                if scene_task and task_pub.get_subscription_count() > 0:
+                    if scene_task[-1] and scene_task[-1] != last_scene_task:
+                        last_scene_task = scene_task[-1]
+                        task_pub.publish(String(data=last_scene_task))
+                    del scene_task[:-1]
+            elif not task_sent and task_pub.get_subscription_count() > 0:
+                task_pub.publish(String(data=args.task))
+                task_sent = True
             if not viewer_url_printed and urls:
                 print(f'[lerobot-lang] live view: {urls[0]}', flush=True)
                 viewer_url_printed = True

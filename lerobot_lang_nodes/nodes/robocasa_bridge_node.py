@@ -113,9 +113,21 @@ class RoboCasaBridgeNode(Node):
                            horizon=cfg.horizon, action_order=cfg.action_order)
         self.get_logger().info(f'creating the {cfg.simulator} scene {cfg.task!r} (split '
                                f'{cfg.split}, seed {cfg.seed}, {cfg.image_size} px views)')
-        # SimulatorUnavailable (an ImportError) ends the process once with its message (exit
-        # 2 in the runner); the bring-up does not restart a node that could not start.
-        self.host = KitchenHost(spec, factory(cfg.simulator), reseed_rng)
+        # robosuite makes its offscreen GL context when the environment is built, and the
+        # context only renders on that thread: the loop thread builds the host and keeps it.
+        self._host_built = threading.Event()
+        self._start_loop = threading.Event()
+        self._host_error: BaseException | None = None
+        self._running = True
+        self._thread = threading.Thread(target=self._run, args=(spec,), name='robocasa-loop',
+                                        daemon=True)
+        self._thread.start()
+        self._host_built.wait()
+        if self._host_error is not None:
+            # SimulatorUnavailable (an ImportError) ends the process once with its message
+            # (exit 2 in the runner); the bring-up does not restart a node that cannot start.
+            self._thread.join()
+            raise self._host_error
         margin = cfg.reject_margin
         self.chunk_executor = ChunkExecutor(ExecutorConfig(
             action_names=self.host.action_names, ctrl_hz=cfg.ctrl_hz,
@@ -158,9 +170,7 @@ class RoboCasaBridgeNode(Node):
         self._publish_task_description()
         self.diagnostics = DiagnosticsPublisher(self, 'robocasa simulation loop',
                                                 self._diagnostic_status)
-        self._running = True
-        self._thread = threading.Thread(target=self._loop, name='robocasa-loop', daemon=True)
-        self._thread.start()
+        self._start_loop.set()
         self.get_logger().info(
             f'robocasa_bridge ready: {cfg.simulator} {cfg.task!r}, episode language '
             f'{self.host.language!r}, ctrl_hz={cfg.ctrl_hz}, actions in {cfg.action_order} '
@@ -213,6 +223,20 @@ class RoboCasaBridgeNode(Node):
         return response
 
     # --- the simulation thread ------------------------------------------------------------
+    def _run(self, spec: KitchenSpec) -> None:
+        try:
+            self.host = KitchenHost(spec, factory(spec.simulator), reseed_rng)
+        except BaseException as exc:  # noqa: BLE001 - re-raised by __init__ on its thread
+            self._host_error = exc
+            return
+        finally:
+            self._host_built.set()
+        self._start_loop.wait()
+        if not self._running:  # the node failed to start after the host was built
+            self.host.close()
+            return
+        self._loop()
+
     def _loop(self) -> None:
         cfg, host = self.cfg, self.host
         ticks = LoopTicks(cfg.ctrl_hz, camera=cfg.camera_hz, status=cfg.status_hz)
@@ -389,6 +413,8 @@ class RoboCasaBridgeNode(Node):
 
     def close(self) -> None:
         self._running = False
+        if hasattr(self, '_start_loop'):
+            self._start_loop.set()
         if self._thread is not None:
             self._thread.join(timeout=10.0)
 

@@ -64,6 +64,14 @@ def test_kitchen_graph_runs_a_robocasa_checkpoint_from_the_command_line(tmp_path
                              what='the chunks executed by robocasa_bridge')
         assert st.rejected_invalid == 0, st.last_reject_reason
         wait_until(lambda: (session / 'latest.png').is_file(), 60.0, 'the live view PNG')
+        # A reset re-rolls the kitchen (seed + 1000) and its language becomes the task.
+        from std_srvs.srv import Trigger
+        next_scene = StandInKitchen(seed=1005, camera_names=())
+        next_scene.reset()
+        reply = probe.call(Trigger, 'sim/reset', Trigger.Request(), timeout_s=60.0)
+        assert reply.success and 'seed 1005' in reply.message, reply.message
+        contexts.wait_for(lambda c: c.task == next_scene.get_ep_meta()['lang'],
+                          timeout_s=30.0, what='the next kitchen\'s language as the task')
         running()
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=60) == 0, log.read_text()[-4000:]

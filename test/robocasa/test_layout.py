@@ -76,3 +76,26 @@ def test_state_vector_order_and_errors():
 def test_view_labels():
     assert [layout.view_label(c) for c in layout.DEFAULT_CAMERAS] == ['left', 'wrist', 'right']
     assert layout.view_label('robot0_robotview') == 'robotview'
+
+
+def test_order_read_from_the_controller_split():
+    # stock robosuite 1.5.2 PandaOmron, and RoboCasa's kitchens (body_part_ordering forced)
+    stock = {'right': (0, 6), 'torso': (6, 7), 'base': (7, 10), 'right_gripper': (10, 11)}
+    kitchen = {'right': (0, 6), 'right_gripper': (6, 7), 'base': (7, 10), 'torso': (10, 11)}
+    assert layout.order_from_split(stock) == 'env'
+    assert layout.order_from_split(kitchen) == 'robocasa'
+    with pytest.raises(ValueError, match='left'):
+        layout.order_from_split({**stock, 'left': (11, 17)})
+    with pytest.raises(ValueError, match='none of the known orders'):
+        layout.order_from_split({'torso': (0, 1), 'right': (1, 7), 'base': (7, 10),
+                                 'right_gripper': (10, 11)})
+
+
+def test_gripper_and_base_mode_are_binarised_at_one_half():
+    names = layout.action_names('robocasa')
+    row = np.full(12, 0.3)
+    row[names.index('gripper')] = 0.49
+    row[names.index('base_mode')] = 0.5
+    out = layout.binarise(row, 'robocasa')
+    assert out[names.index('gripper')] == -1.0 and out[names.index('base_mode')] == 1.0
+    assert np.count_nonzero(out == 0.3) == 10  # motion entries untouched
