@@ -99,10 +99,14 @@ class HighLevelPlanner:
         """True while the operator's text is the subtask (no subtask generation)."""
         return self._direct
 
-    def set_task(self, task: str, direct_subtask: bool = False) -> bool:
-        """Set the operator's task; in direct mode it also becomes the subtask at once."""
+    def set_task(self, task: str, direct_subtask: bool = False, restate: bool = True) -> bool:
+        """Set the operator's task; in direct mode it also becomes the subtask at once.
+
+        The same task again restarts it when an interjection re-planned meanwhile
+        (``restate``; LanguageState.set_task).
+        """
         self._direct = bool(direct_subtask or self.cfg.direct_subtask)
-        changed = self.state.set_task(task, source='operator')
+        changed = self.state.set_task(task, source='operator', restate=restate)
         if changed:
             self.throttle.reset()
         if self._direct and self.state.task:

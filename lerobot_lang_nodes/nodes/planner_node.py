@@ -507,7 +507,8 @@ class PlannerNode(Node):
         if not task:  # nothing to keep: the text is task and subtask
             self._job_set_task(text, True)
             return
-        self.planner.set_task(task, direct_subtask=True)  # same task: only the mode changes
+        # Same task: only the mode changes (an interjection's plan stays).
+        self.planner.set_task(task, direct_subtask=True, restate=False)
         self.state.set_subtask(text, source='operator')
         self.get_logger().info(f'subtask (direct): {text!r}; task stays {task!r}')
 

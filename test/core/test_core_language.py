@@ -54,10 +54,10 @@ def test_set_task_bumps_revision_and_resets_context():
     s.set_subtask('pick cup')
     s.set_subtask('place cup')
     s.set_memory('cup done')
-    s.set_plan('then plates')
     rev = s.revision
     assert not s.set_task('  clean the table ')  # same after stripping
     assert s.revision == rev
+    s.set_plan('then plates')
     assert s.set_task('make coffee', source='operator')
     snap = s.snapshot()
     assert snap == LanguageSnapshot('make coffee', '', '', '', '', rev + 1, 'action', 'operator',
@@ -202,3 +202,17 @@ def test_throttle_validation(args, field):
     with pytest.raises(ConfigError) as err:
         RegenThrottle(*args)
     assert err.value.field == field
+
+
+def test_restating_the_task_after_an_interjection_drops_its_plan():
+    s = LanguageState()
+    s.set_task('put the red cube in the bowl')
+    assert s.set_plan('put the blue cube in the bowl')
+    before = s.revision
+    assert s.set_task('put the red cube in the bowl')  # the operator takes the re-plan back
+    assert s.plan == '' and s.revision == before + 1 and s.flush_revision == s.revision
+    assert not s.set_task('put the red cube in the bowl')  # now it is a plain repeat
+    s.set_plan('put the green cube in the bowl')
+    # A mode change (direct subtask) restates the task without dropping the re-plan.
+    assert not s.set_task('put the red cube in the bowl', restate=False)
+    assert s.plan == 'put the green cube in the bowl'
