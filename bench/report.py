@@ -41,10 +41,11 @@ RUNS: list[tuple[str, list[str]]] = [
                            '--param', 'sim_bridge.image_height=480']),
     ('faults', ['faults.py']),
     ('models', ['models.py']),
+    ('robocasa_bridge', ['robocasa_bridge.py']),
 ]
 ORDER = ('task_time', 'task_time_latency', 'sim_graph', 'sim_graph_640x480', 'jitter',
          'image_transport', 'operator_latency', 'faults', 'models',
-         'recorder', 'so101_bus', 'closed_loop')
+         'recorder', 'so101_bus', 'closed_loop', 'robocasa_bridge')
 
 
 def run_all(only: list[str] | None) -> dict[str, int]:
