@@ -628,6 +628,40 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def run_task(probe: RosProbe, task: str, time_limit_s: float, timeout_s: float,
+             direct: bool = False) -> tuple[Any, list[str]]:
+    """Send a RunTask goal and wait for its result: (result or None, feedback subtasks)."""
+    from rclpy.action import ActionClient
+
+    from lerobot_lang_msgs.action import RunTask
+    client = ActionClient(probe.node, RunTask, 'run_task')
+    try:
+        if not client.wait_for_server(timeout_sec=15.0):
+            raise WaitTimeout('run_task server not found')
+        feedback: list[str] = []
+        done = threading.Event()
+        box: dict = {}
+
+        def on_goal(fut) -> None:
+            handle = fut.result()
+            box['accepted'] = handle.accepted
+            if not handle.accepted:
+                done.set()
+                return
+            handle.get_result_async().add_done_callback(
+                lambda r: (box.update(result=r.result().result), done.set()))
+
+        client.send_goal_async(
+            RunTask.Goal(task=task, time_limit_s=time_limit_s, direct_subtask=direct),
+            feedback_callback=lambda f: feedback.append(f.feedback.subtask)
+        ).add_done_callback(on_goal)
+        if not done.wait(timeout_s):
+            raise WaitTimeout(f'RunTask {task!r} gave no result in {timeout_s} s')
+        return box.get('result'), feedback
+    finally:
+        client.destroy()
+
+
 class SimGraph:
     """The sim graph's processes (graph.SIM, each its own process) plus a subscribed probe.
 
@@ -693,35 +727,7 @@ class SimGraph:
     def run_task(self, task: str, time_limit_s: float, timeout_s: float,
                  direct: bool = False) -> tuple[Any, list[str]]:
         """Send a RunTask goal and wait for its result: (result or None, feedback subtasks)."""
-        from rclpy.action import ActionClient
-
-        from lerobot_lang_msgs.action import RunTask
-        client = ActionClient(self.probe.node, RunTask, 'run_task')
-        try:
-            if not client.wait_for_server(timeout_sec=15.0):
-                raise WaitTimeout('run_task server not found')
-            feedback: list[str] = []
-            done = threading.Event()
-            box: dict = {}
-
-            def on_goal(fut) -> None:
-                handle = fut.result()
-                box['accepted'] = handle.accepted
-                if not handle.accepted:
-                    done.set()
-                    return
-                handle.get_result_async().add_done_callback(
-                    lambda r: (box.update(result=r.result().result), done.set()))
-
-            client.send_goal_async(
-                RunTask.Goal(task=task, time_limit_s=time_limit_s, direct_subtask=direct),
-                feedback_callback=lambda f: feedback.append(f.feedback.subtask)
-            ).add_done_callback(on_goal)
-            if not done.wait(timeout_s):
-                raise WaitTimeout(f'RunTask {task!r} gave no result in {timeout_s} s')
-            return box.get('result'), feedback
-        finally:
-            client.destroy()
+        return run_task(self.probe, task, time_limit_s, timeout_s, direct)
 
     def run_task_direct(self, task: str) -> tuple[Any, list[str]]:
         return self.run_task(task, time_limit_s=60.0, timeout_s=240.0, direct=True)

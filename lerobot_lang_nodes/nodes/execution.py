@@ -15,18 +15,10 @@ from lerobot_lang_nodes.nodes import convert
 
 
 @dataclass(frozen=True)
-class ExecutionParams:
-    """Executor and safety parameters, the same on the simulator and the real arm."""
+class ExecutorParams:
+    """Executor parameters of every chunk-executing node (sim_bridge, robocasa_bridge,
+    so101_driver)."""
 
-    max_relative_target_rad: float = field(default=0.35, metadata={
-        'doc': 'Clamp every goal to within this of the freshly read present joint position '
-               '(rad); 0 disables. The simulator applies the same rule as the driver. '
-               'Settable at run time: tightened at any time, loosened only while paused.',
-        'range': (0.0, 10.0), 'runtime': True})
-    reject_margin_rad: float = field(default=0.5, metadata={
-        'doc': 'Chunks with values further than this outside the joint limits are rejected '
-               'as invalid (degrees sent as radians, garbage); values inside the margin are '
-               'clamped to the limits.', 'range': (0.0, 10.0)})
     refill_fraction: float = field(default=0.5, metadata={
         'doc': 'Report needs_refill when the queue is below this fraction of the last chunk.',
         'range': (0.0, 1.0)})
@@ -43,10 +35,27 @@ class ExecutionParams:
                'threshold.', 'range': (0.1, 100.0)})
 
 
-def make_executor(params: ExecutionParams, action_names: tuple[str, ...], ctrl_hz: float,
-                  lower: np.ndarray, upper: np.ndarray, **kw: Any) -> ChunkExecutor:
-    """A ChunkExecutor that rejects values beyond the joint limits by ``reject_margin_rad``."""
-    margin = params.reject_margin_rad
+@dataclass(frozen=True)
+class ExecutionParams(ExecutorParams):
+    """Executor and joint safety parameters, the same on the simulator and the real arm."""
+
+    max_relative_target_rad: float = field(default=0.35, metadata={
+        'doc': 'Clamp every goal to within this of the freshly read present joint position '
+               '(rad); 0 disables. The simulator applies the same rule as the driver. '
+               'Settable at run time: tightened at any time, loosened only while paused.',
+        'range': (0.0, 10.0), 'runtime': True})
+    reject_margin_rad: float = field(default=0.5, metadata={
+        'doc': 'Chunks with values further than this outside the joint limits are rejected '
+               'as invalid (degrees sent as radians, garbage); values inside the margin are '
+               'clamped to the limits.', 'range': (0.0, 10.0)})
+
+
+def make_executor(params: ExecutorParams, action_names: tuple[str, ...], ctrl_hz: float,
+                  lower: np.ndarray, upper: np.ndarray, margin: float | None = None,
+                  **kw: Any) -> ChunkExecutor:
+    """A ChunkExecutor that rejects values beyond the limits by ``margin`` (default the
+    params' ``reject_margin_rad``)."""
+    margin = params.reject_margin_rad if margin is None else margin
     return ChunkExecutor(ExecutorConfig(
         action_names=tuple(action_names), ctrl_hz=ctrl_hz,
         lower_limits=(np.asarray(lower) - margin).tolist(),

@@ -14,22 +14,19 @@ from __future__ import annotations
 import math
 import threading
 import time
-import traceback
 from dataclasses import dataclass, field
 
 from rclpy.impl.implementation_singleton import rclpy_implementation as _rclpy
 from rclpy.node import Node
-from rosgraph_msgs.msg import Clock
 from sensor_msgs.msg import CameraInfo, Image, JointState
-from std_msgs.msg import Float64, String
-from std_srvs.srv import Trigger
+from std_msgs.msg import String
 
-from lerobot_lang_msgs.msg import ActionChunk, LanguageContext, RuntimeStatus, TaskOutcome
+from lerobot_lang_msgs.msg import LanguageContext, TaskOutcome
 from lerobot_lang_nodes.core.control_loop import Cadence, LoopErrors, LoopTicks
-from lerobot_lang_nodes.core.executor import ChunkExecutor, ExecutorConfig
 from lerobot_lang_nodes.nodes import convert, qos, runner
 from lerobot_lang_nodes.nodes.diagnostics import DiagnosticsPublisher
-from lerobot_lang_nodes.nodes.execution import submit_chunk_msg
+from lerobot_lang_nodes.nodes.bridge import SimulatorBridge
+from lerobot_lang_nodes.nodes.execution import ExecutorParams, make_executor
 from lerobot_lang_nodes.nodes.params import declare_config, reject_unknown_parameters
 from lerobot_lang_nodes.robocasa import layout
 from lerobot_lang_nodes.robocasa.envs import SIMULATORS, SPLITS, factory, reseed_rng
@@ -40,7 +37,7 @@ REPORT_PERIOD_S = 30.0  # the real-time factor in the log
 
 
 @dataclass(frozen=True)
-class RoboCasaBridgeConfig:
+class RoboCasaBridgeConfig(ExecutorParams):
     """Parameters of the robocasa_bridge node."""
 
     simulator: str = field(default='robocasa', metadata={
@@ -76,29 +73,16 @@ class RoboCasaBridgeConfig:
         'range': (0.0, 100.0)})
     camera_hz: float = field(default=10.0, metadata={
         'doc': 'Image publish rate (sim Hz).', 'range': (0.1, 200.0)})
-    status_hz: float = field(default=5.0, metadata={
-        'doc': 'runtime_status rate (Hz); also sent at once when the queue crosses the refill '
-               'threshold.', 'range': (0.1, 100.0)})
     reject_margin: float = field(default=0.5, metadata={
         'doc': 'Chunks with values further than this outside the action bounds are rejected '
                'as invalid; values inside the margin are clipped to the bounds.',
         'range': (0.0, 10.0)})
-    refill_fraction: float = field(default=0.5, metadata={
-        'doc': 'Report needs_refill when the queue is below this fraction of the last chunk.',
-        'range': (0.0, 1.0)})
-    replace: str = field(default='tail', metadata={
-        'doc': 'What a new chunk of the same revision does to the queued tail.',
-        'choices': ('tail', 'blend', 'append')})
-    time_align: bool = field(default=True, metadata={
-        'doc': 'Skip the actions of a new chunk whose time has already passed.'})
-    start_paused: bool = field(default=False, metadata={
-        'doc': 'Start in paused mode: nothing moves before the resume service is called.'})
     default_task: str = field(default='', metadata={
         'doc': 'Task published on sim/task_description; empty = the episode\'s language from '
                'the scene\'s metadata (updated at every reset).'})
 
 
-class RoboCasaBridgeNode(Node):
+class RoboCasaBridgeNode(SimulatorBridge, Node):
     """ROS adapter for a KitchenHost and the core chunk executor."""
 
     def __init__(self) -> None:
@@ -128,45 +112,27 @@ class RoboCasaBridgeNode(Node):
             # (exit 2 in the runner); the bring-up does not restart a node that cannot start.
             self._thread.join()
             raise self._host_error
-        margin = cfg.reject_margin
-        self.chunk_executor = ChunkExecutor(ExecutorConfig(
-            action_names=self.host.action_names, ctrl_hz=cfg.ctrl_hz,
-            lower_limits=(self.host.lower - margin).tolist(),
-            upper_limits=(self.host.upper + margin).tolist(),
-            refill_fraction=cfg.refill_fraction, replace=cfg.replace,
-            time_align=cfg.time_align, start_paused=cfg.start_paused))
-        self._lock = threading.Lock()
-        self._reset_request: threading.Event | None = None
+        self.chunk_executor = make_executor(cfg, self.host.action_names, cfg.ctrl_hz,
+                                            self.host.lower, self.host.upper,
+                                            margin=cfg.reject_margin)
         self._goal_text = ''
         self._context_revision = 0
         self._have_context = False
         self.loop_errors = LoopErrors()
-        self.publish_errors = 0
-        self._loop_error = ''
         self._cadence: Cadence | None = None
         self._wall_start: float | None = None
         self._sim_start = 0.0
         self.fault_hook = None  # tests: a callable run in each cycle (e.g. one that raises)
 
-        self._clock_pub = self.create_publisher(Clock, '/clock', qos.CLOCK)
+        self._init_bridge()
         self._joint_pub = self.create_publisher(JointState, 'joint_states', qos.SENSOR)
         self._state_pub = self.create_publisher(JointState, 'robot_state', qos.SENSOR)
         self._image_pubs = {c: self.create_publisher(Image, f'cameras/{c}/image_raw', qos.SENSOR)
                             for c in cfg.cameras}
         self._info_pubs = {c: self.create_publisher(CameraInfo, f'cameras/{c}/camera_info',
                                                     qos.SENSOR) for c in cfg.cameras}
-        self._status_pub = self.create_publisher(RuntimeStatus, 'runtime_status', qos.STATUS)
         self._outcome_pub = self.create_publisher(TaskOutcome, 'task_outcome', qos.LATCHED)
         self._task_desc_pub = self.create_publisher(String, 'sim/task_description', qos.LATCHED)
-        self.create_subscription(ActionChunk, 'action_chunk', self._on_chunk, qos.COMMAND)
-        self.create_subscription(LanguageContext, 'language_context', self._on_context,
-                                 qos.LATCHED)
-        for task_qos in (qos.LATCHED, qos.COMMAND):
-            self.create_subscription(String, 'task', self._on_task, task_qos)
-        self.create_service(Trigger, 'pause', self._on_pause)
-        self.create_service(Trigger, 'resume', self._on_resume)
-        self.create_service(Trigger, 'sim/reset', self._on_reset)
-        self.create_subscription(Float64, 'burst', self._on_burst, qos.COMMAND)
         self._publish_task_description()
         self.diagnostics = DiagnosticsPublisher(self, 'robocasa simulation loop',
                                                 self._diagnostic_status)
@@ -177,8 +143,14 @@ class RoboCasaBridgeNode(Node):
             f'order {list(self.host.action_names)}, cameras {list(cfg.cameras)}')
 
     # --- inputs -------------------------------------------------------------------------
-    def _on_chunk(self, msg: ActionChunk) -> None:
-        submit_chunk_msg(self.chunk_executor, msg, self.host.sim_time)
+    # A kitchen is rebuilt on reset (RoboCasa compiles a new model): allow for it.
+    RESET_TIMEOUT_S = 120.0
+
+    def _sim_time(self) -> float:
+        return self.host.sim_time
+
+    def _reset_reply(self) -> str:
+        return f'kitchen reset with seed {self.host.seed}: {self.host.language!r}'
 
     def _on_task(self, msg: String) -> None:
         with self._lock:
@@ -191,36 +163,6 @@ class RoboCasaBridgeNode(Node):
             self._have_context = True
             self._context_revision = int(msg.revision)
             self._goal_text = msg.task.strip()
-
-    def _on_pause(self, _req, response: Trigger.Response) -> Trigger.Response:
-        self.chunk_executor.pause(self.host.sim_time)
-        response.success, response.message = True, 'paused; queue cleared'
-        return response
-
-    def _on_resume(self, _req, response: Trigger.Response) -> Trigger.Response:
-        self._loop_error = ''
-        self.chunk_executor.resume()
-        response.success, response.message = True, 'resumed'
-        return response
-
-    def _on_burst(self, msg: Float64) -> None:
-        try:
-            self.chunk_executor.burst(msg.data, self.host.sim_time)
-        except ValueError as exc:
-            self.get_logger().error(f'burst refused: {exc}')
-
-    def _on_reset(self, _req, response: Trigger.Response) -> Trigger.Response:
-        done = threading.Event()
-        with self._lock:
-            self._reset_request = done
-        # A kitchen is rebuilt on reset (RoboCasa compiles a new model): allow for it.
-        if not done.wait(120.0):
-            response.success, response.message = False, 'reset did not finish within 120 s'
-            return response
-        response.success = True
-        response.message = (f'kitchen reset with seed {self.host.seed}: '
-                            f'{self.host.language!r}')
-        return response
 
     # --- the simulation thread ------------------------------------------------------------
     def _run(self, spec: KitchenSpec) -> None:
@@ -301,14 +243,7 @@ class RoboCasaBridgeNode(Node):
 
     def _on_loop_error(self, exc: Exception) -> None:
         """An unexpected exception in a cycle: pause (queue cleared), hold, report ERROR."""
-        self.loop_errors.failed(exc)
-        self._loop_error = self.loop_errors.last
-        self.chunk_executor.pause(self.host.sim_time)
-        self.get_logger().error(f'simulation loop error ({self.loop_errors.count} so far): '
-                                f'{self._loop_error}; paused and holding (resume to move '
-                                'again)', throttle_duration_sec=2.0)
-        if self.loop_errors.count == 1:
-            self.get_logger().error(traceback.format_exc())
+        self._report_loop_error(exc)
         try:
             self.host.step(None)  # time goes on, holding still
         except Exception as step_exc:  # noqa: BLE001 - reported; the loop still goes on
@@ -317,8 +252,7 @@ class RoboCasaBridgeNode(Node):
         self.diagnostics.publish_now()
 
     def _maybe_reset(self) -> None:
-        with self._lock:
-            request, self._reset_request = self._reset_request, None
+        request = self._take_reset_request()
         if request is None:
             return
         self.chunk_executor.clear()
@@ -337,9 +271,7 @@ class RoboCasaBridgeNode(Node):
 
     def _publish_all(self, now: float, *, images: bool = False, status: bool = True,
                      refill: bool = False) -> None:
-        clock = Clock()
-        convert.s_to_stamp(now, clock.clock)
-        self._clock_pub.publish(clock)
+        self._publish_clock(now)
         joints = JointState(name=list(self.host.joint_names()),
                             position=self.host.joint_positions().tolist())
         convert.s_to_stamp(now, joints.header.stamp)
@@ -351,7 +283,7 @@ class RoboCasaBridgeNode(Node):
         if images:
             self._publish_images(now)
         if status or refill:
-            self._status_pub.publish(convert.status_to_msg(self.chunk_executor.status(), now))
+            self._publish_status(now)
         if status:
             self._publish_outcome(now)
 
@@ -393,23 +325,13 @@ class RoboCasaBridgeNode(Node):
         self._outcome_pub.publish(outcome)
 
     def _diagnostic_status(self) -> tuple[str, str, dict]:
-        st = self.chunk_executor.status()
-        values = {'simulator': self.cfg.simulator, 'task': self.cfg.task,
-                  'language': self.host.language, 'seed': self.host.seed,
-                  'resets': self.host.reset_count, 'terminations': self.host.terminations,
-                  'step_ms_p50': round(self.host.times.median_ms(), 2),
-                  'real_time_factor': round(self.real_time_factor(), 3),
-                  'loop_errors': self.loop_errors.count, 'last_loop_error': self._loop_error,
-                  'publish_errors': self.publish_errors, 'mode': st.mode,
-                  'dispatched': st.dispatched, 'starved_ticks': st.starved_ticks,
-                  'discarded_stale': st.discarded_stale,
-                  'rejected_invalid': st.rejected_invalid,
-                  'last_reject_reason': st.last_reject_reason, 'ctrl_hz': self.cfg.ctrl_hz}
-        if self._cadence is not None:
-            values.update({f'loop.{k}': v for k, v in self._cadence.stats().items()})
-        if self._loop_error and st.mode == 'paused':
-            return 'error', f'simulation loop error: {self._loop_error}; paused', values
-        return 'ok', f'{st.mode}, {st.dispatched} actions dispatched', values
+        return self._loop_diagnostics({
+            'simulator': self.cfg.simulator, 'task': self.cfg.task,
+            'language': self.host.language, 'seed': self.host.seed,
+            'resets': self.host.reset_count, 'terminations': self.host.terminations,
+            'step_ms_p50': round(self.host.times.median_ms(), 2),
+            'real_time_factor': round(self.real_time_factor(), 3),
+            'last_reject_reason': self.chunk_executor.status().last_reject_reason})
 
     def close(self) -> None:
         self._running = False

@@ -10,25 +10,22 @@ from __future__ import annotations
 import json
 import threading
 import time
-import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 from rclpy.impl.implementation_singleton import rclpy_implementation as _rclpy
 from rclpy.node import Node
-from rosgraph_msgs.msg import Clock
 from sensor_msgs.msg import CameraInfo, Image, JointState
-from std_msgs.msg import Float64, String
-from std_srvs.srv import Trigger
+from std_msgs.msg import String
 
-from lerobot_lang_msgs.msg import ActionChunk, LanguageContext, RuntimeStatus, TaskOutcome
+from lerobot_lang_msgs.msg import LanguageContext, TaskOutcome
 from lerobot_lang_nodes.core.control_loop import Cadence, LoopErrors, LoopTicks
 from lerobot_lang_nodes.core.safety import SafetyLimits
 from lerobot_lang_nodes.nodes import convert, qos, runner
+from lerobot_lang_nodes.nodes.bridge import SimulatorBridge
 from lerobot_lang_nodes.nodes.diagnostics import DiagnosticsPublisher
-from lerobot_lang_nodes.nodes.execution import (ExecutionParams, change_limits, make_executor,
-                                                submit_chunk_msg)
+from lerobot_lang_nodes.nodes.execution import ExecutionParams, change_limits, make_executor
 from lerobot_lang_nodes.nodes.params import (declare_config, reject_unknown_parameters,
                                              watch_runtime_parameters)
 from lerobot_lang_nodes.sim import tasks  # text parsing only: no MuJoCo import
@@ -66,7 +63,7 @@ class SimBridgeConfig(ExecutionParams):
         'doc': 'Task description published on sim/task_description.'})
 
 
-class SimBridgeNode(Node):
+class SimBridgeNode(SimulatorBridge, Node):
     """ROS adapter for the MuJoCo scene and the core chunk executor."""
 
     def __init__(self) -> None:
@@ -92,42 +89,23 @@ class SimBridgeNode(Node):
         self.chunk_executor = make_executor(self.cfg, self.joint_names, self.cfg.ctrl_hz,
                                             lower, upper, on_dispatch=self._on_dispatch)
         self._reset_count = 0
-        self._reset_request: threading.Event | None = None
-        self._reset_done = threading.Event()
-        self._lock = threading.Lock()
         self._goal_text = ''
         self._context_revision = 0
         self._goal = None
         self._hold = self.scene.joint_positions()
-        self.publish_errors = 0  # writes DDS refused (each costs one tick of outputs)
         self.loop_errors = LoopErrors()  # unexpected exceptions caught in the loop
         self._cadence: Cadence | None = None
-        self._loop_error = ''
         self.fault_hook = None  # tests: a callable run in each cycle (e.g. one that raises)
-
-        self._clock_pub = self.create_publisher(Clock, '/clock', qos.CLOCK)
+        self._init_bridge()
         self._joint_pub = self.create_publisher(JointState, 'joint_states', qos.SENSOR)
         self._image_pubs = {c: self.create_publisher(Image, f'cameras/{c}/image_raw', qos.SENSOR)
                             for c in self.cfg.cameras}
         self._info_pubs = {c: self.create_publisher(CameraInfo, f'cameras/{c}/camera_info',
                                                     qos.SENSOR) for c in self.cfg.cameras}
-        self._status_pub = self.create_publisher(RuntimeStatus, 'runtime_status', qos.STATUS)
         self._truth_pub = self.create_publisher(String, 'sim/ground_truth', qos.LATCHED)
         self._outcome_pub = self.create_publisher(TaskOutcome, 'task_outcome', qos.LATCHED)
         self._task_desc_pub = self.create_publisher(String, 'sim/task_description', qos.LATCHED)
-        self.create_subscription(ActionChunk, 'action_chunk', self._on_chunk, qos.COMMAND)
-        self.create_subscription(LanguageContext, 'language_context', self._on_context,
-                                 qos.LATCHED)
-        # Without a planner (flat policies) the operator's task is the goal to judge.
         self._have_context = False
-        # Latched (a task sent before the bridge started) and volatile (`ros2 topic pub` with
-        # default QoS) publishers both match; a latched sample arriving twice is idempotent.
-        for task_qos in (qos.LATCHED, qos.COMMAND):
-            self.create_subscription(String, 'task', self._on_task, task_qos)
-        self.create_service(Trigger, 'pause', self._on_pause)
-        self.create_service(Trigger, 'resume', self._on_resume)
-        self.create_service(Trigger, 'sim/reset', self._on_reset)
-        self.create_subscription(Float64, 'burst', self._on_burst, qos.COMMAND)
         self._task_desc_pub.publish(String(data=self.cfg.default_task))
         self.diagnostics = DiagnosticsPublisher(self, 'simulation loop', self._diagnostic_status)
         self._running = True
@@ -139,8 +117,11 @@ class SimBridgeNode(Node):
             f'{self.cfg.camera_hz} Hz, real_time_factor={self.cfg.real_time_factor}')
 
     # --- inputs -------------------------------------------------------------------------
-    def _on_chunk(self, msg: ActionChunk) -> None:
-        submit_chunk_msg(self.chunk_executor, msg, self.scene.sim_time)
+    def _sim_time(self) -> float:
+        return self.scene.sim_time
+
+    def _reset_reply(self) -> str:
+        return f'scene reset with seed {self.scene.seed}'
 
     def _on_task(self, msg: String) -> None:
         with self._lock:
@@ -168,39 +149,6 @@ class SimBridgeNode(Node):
         self.safety = SafetyLimits(lower=self.safety.lower, upper=self.safety.upper,
                                    max_relative=self.cfg.max_relative_target_rad or None)
         return ''
-
-    def _on_pause(self, _req, response: Trigger.Response) -> Trigger.Response:
-        self.chunk_executor.pause(self.scene.sim_time)
-        response.success, response.message = True, 'paused; queue cleared'
-        self.get_logger().info('paused')
-        return response
-
-    def _on_resume(self, _req, response: Trigger.Response) -> Trigger.Response:
-        self._loop_error = ''
-        self.chunk_executor.resume()
-        response.success, response.message = True, 'resumed'
-        self.get_logger().info('resumed')
-        return response
-
-    def _on_burst(self, msg: Float64) -> None:
-        """Timed burst: act for msg.data seconds of sim time, then pause."""
-        try:
-            self.chunk_executor.burst(msg.data, self.scene.sim_time)
-        except ValueError as exc:
-            self.get_logger().error(f'burst refused: {exc}')
-            return
-        self.get_logger().info(f'burst: acting for {msg.data:.2f} s, then pausing')
-
-    def _on_reset(self, _req, response: Trigger.Response) -> Trigger.Response:
-        done = threading.Event()
-        with self._lock:
-            self._reset_request = done
-        if not done.wait(30.0):
-            response.success, response.message = False, 'reset did not finish within 30 s'
-            return response
-        response.success = True
-        response.message = f'scene reset with seed {self.scene.seed}'
-        return response
 
     def _on_dispatch(self, sequence: int, revision: int, step: int, action: np.ndarray) -> None:
         if self._dispatch_log is not None:
@@ -284,35 +232,14 @@ class SimBridgeNode(Node):
 
     def _on_loop_error(self, exc: Exception) -> None:
         """An unexpected exception in a cycle: pause (queue cleared), hold, report ERROR."""
-        # The simulated arm holds its last target whatever happens, so the error policy never
-        # gives up here: the loop keeps the simulation and its clock alive.
-        self.loop_errors.failed(exc)
-        self._loop_error = self.loop_errors.last
-        self.chunk_executor.pause(self.scene.sim_time)
-        self.get_logger().error(f'simulation loop error ({self.loop_errors.count} so far): '
-                                f'{self._loop_error}; paused and holding, the loop goes on '
-                                '(resume to move again)', throttle_duration_sec=2.0)
-        if self.loop_errors.count == 1:
-            self.get_logger().error(traceback.format_exc())
+        self._report_loop_error(exc)
         self.diagnostics.publish_now()
 
     def _diagnostic_status(self) -> tuple[str, str, dict]:
-        st = self.chunk_executor.status()
-        values = {'loop_errors': self.loop_errors.count,
-                  'last_loop_error': self._loop_error,
-                  'publish_errors': self.publish_errors, 'mode': st.mode,
-                  'dispatched': st.dispatched, 'starved_ticks': st.starved_ticks,
-                  'discarded_stale': st.discarded_stale,
-                  'rejected_invalid': st.rejected_invalid, 'ctrl_hz': self.cfg.ctrl_hz}
-        if self._cadence is not None:
-            values.update({f'loop.{k}': v for k, v in self._cadence.stats().items()})
-        if self._loop_error and st.mode == 'paused':
-            return 'error', f'simulation loop error: {self._loop_error}; paused', values
-        return 'ok', f'{st.mode}, {st.dispatched} actions dispatched', values
+        return self._loop_diagnostics({})
 
     def _maybe_reset(self) -> None:
-        with self._lock:
-            request, self._reset_request = self._reset_request, None
+        request = self._take_reset_request()
         if request is None:
             return
         self._reset_count += 1
@@ -324,11 +251,6 @@ class SimBridgeNode(Node):
         self._publish_status(self.scene.sim_time)
         self._publish_world(self.scene.sim_time)
         request.set()
-
-    def _publish_clock(self, now: float) -> None:
-        msg = Clock()
-        convert.s_to_stamp(now, msg.clock)
-        self._clock_pub.publish(msg)
 
     def _publish_joints(self, now: float) -> None:
         msg = JointState(name=list(self.joint_names),
@@ -350,9 +272,6 @@ class SimBridgeNode(Node):
             convert.s_to_stamp(now, msg.header.stamp)
             msg.header.frame_id = frame
             self._info_pubs[cam].publish(msg)
-
-    def _publish_status(self, now: float) -> None:
-        self._status_pub.publish(convert.status_to_msg(self.chunk_executor.status(), now))
 
     def _publish_world(self, now: float) -> None:
         """Ground truth and the goal's outcome (periodic; not on every refill edge)."""

@@ -19,7 +19,7 @@ def test_composed_graph_replaces_planner_and_policy_by_one_process():
         assert names == expected, name
         (spec,) = (s for s in composed if s.hosts)
         assert spec.hosts == ('planner', 'policy') and spec.module == graph.COMPOSED_MODULE
-        assert spec.use_sim_time == (name == 'sim')
+        assert spec.use_sim_time == (name != 'real')  # the simulated graphs follow /clock
 
 
 def test_a_composed_process_keeps_its_nodes_names():

@@ -38,6 +38,7 @@ class Bridge:
         self.desc = probe.subscribe(String, 'sim/task_description', qos.LATCHED)
         self.chunks = probe.publisher(ActionChunk, 'action_chunk', qos.COMMAND)
         self.sequence = 0
+        self.revision = (0, 0)  # (context_revision, flush_revision) chunks are sent for
         self.state.wait_for(timeout_s=60.0, what='robot_state from the bridge')
         wait_until(lambda: self.chunks.get_subscription_count() > 0, 15.0,
                    'the bridge on action_chunk', [self.proc])
@@ -45,9 +46,11 @@ class Bridge:
     def send(self, values, names=None, **kw):
         self.sequence += 1
         values = np.asarray(values, dtype=np.float64)
+        revision, flush = self.revision
         msg = convert.chunk_to_msg(values, tuple(names or layout.action_names(self.order)),
-                                   revision=0, sequence=self.sequence, stamp_s=0.0,
-                                   period_s=0.0, instruction='test', backend='test', **kw)
+                                   revision=revision, flush_revision=flush,
+                                   sequence=self.sequence, stamp_s=0.0, period_s=0.0,
+                                   instruction='test', backend='test', **kw)
         self.chunks.publish(msg)
         return self.sequence
 
@@ -57,6 +60,22 @@ class Bridge:
         for name, value in named.items():
             row[names.index(name.replace('__', '.'))] = value
         return self.send(np.tile(row, (steps, 1)))
+
+    def reach_and_grasp(self, scene: StandInKitchen) -> None:
+        """Drive the gripper to the scene's object (its place is known from the seed) and
+        close it."""
+        base = np.asarray(self.state.last.position[7:10])  # base_pos; the base is not turned
+        target = scene._object - base  # noqa: SLF001 - the seed's layout, relative to the base
+        target[2] = scene._object[2]  # noqa: SLF001 - heights are not base-relative
+        for axis in range(3):
+            delta = target[axis] - self.eef()[axis]
+            steps = int(np.ceil(abs(delta) / EEF_STEP_M))
+            if steps:
+                name = layout.EEF_POS[axis].replace('.', '__')
+                fraction = abs(delta) / (steps * EEF_STEP_M)
+                self.wait_idle(self.command(steps, **{name: np.sign(delta) * fraction}))
+        assert np.linalg.norm(self.eef() - target) < 0.01
+        self.wait_idle(self.command(6, gripper=1.0))
 
     def eef(self) -> np.ndarray:
         return np.asarray(self.state.last.position[:3])
@@ -78,19 +97,7 @@ def test_one_kitchen_persists_across_two_tasks_with_the_environment_success(laun
     task.publish(String(data=language))
     bridge.outcome.wait_for(lambda m: m.goal == language and m.known_goal
                             and not m.success, 10.0, 'the scene task, not yet done')
-    # Drive the gripper to the object (its place is known from the same seed), then close.
-    base = np.asarray(bridge.state.last.position[7:10])  # base_pos; the base is not turned
-    target = scene._object - base  # noqa: SLF001 - the seed's layout, relative to the base
-    target[2] = scene._object[2]  # heights are not base-relative in the state
-    for axis in range(3):
-        delta = target[axis] - bridge.eef()[axis]
-        steps = int(np.ceil(abs(delta) / EEF_STEP_M))
-        if steps:
-            name = layout.EEF_POS[axis].replace('.', '__')
-            fraction = abs(delta) / (steps * EEF_STEP_M)
-            bridge.wait_idle(bridge.command(steps, **{name: np.sign(delta) * fraction}))
-    assert np.linalg.norm(bridge.eef() - target) < 0.01
-    bridge.wait_idle(bridge.command(6, gripper=1.0))
+    bridge.reach_and_grasp(scene)
     done = bridge.outcome.wait_for(lambda m: m.success, 10.0, 'success of the scene task')
     assert done.goal == language
     holding_at = bridge.eef().copy()
@@ -182,3 +189,33 @@ def test_missing_robocasa_fails_once_with_how_to_install(launch_node, probe, tmp
     log = no_assets.log_text()
     assert 'kitchen assets are missing' in log and str(Path('models') / 'assets') in log
     assert log.count('cannot start') == 1
+
+
+def test_run_task_ends_with_the_kitchen_s_own_success(launch_node, probe):
+    """RunTask through the planner: success is the environment's check of the scene's task."""
+    import threading
+
+    from lerobot_lang_msgs.msg import LanguageContext
+    from lerobot_lang_nodes.testing import run_task
+
+    bridge = Bridge(launch_node, probe, seed=21)
+    view = layout.DEFAULT_CAMERAS[0]
+    planner = launch_node('lerobot_lang_nodes.nodes.planner_node', params={
+        'backend': 'scripted', 'ground_truth_topic': '', 'cameras': [view],
+        'default_camera': view, 'image_cameras': [view], 'use_sim_time': True})
+    probe.wait_for_node('planner', timeout_s=60.0, processes=[planner])
+    contexts = probe.subscribe(LanguageContext, 'language_context', qos.LATCHED)
+    scene = StandInKitchen(seed=21, camera_names=())
+    scene.reset()
+    language = scene.get_ep_meta()['lang']
+    box = {}
+    thread = threading.Thread(target=lambda: box.update(
+        out=run_task(probe, language, time_limit_s=120.0, timeout_s=150.0)), daemon=True)
+    thread.start()
+    ctx = contexts.wait_for(lambda c: c.task == language, 30.0, 'the task in the context')
+    bridge.revision = (int(ctx.revision), int(ctx.flush_revision) or int(ctx.revision))
+    bridge.reach_and_grasp(scene)
+    thread.join(timeout=60.0)
+    result, _feedback = box['out']
+    assert result is not None and result.success, result
+    assert 'done' in result.message

@@ -1,0 +1,149 @@
+"""What the two simulator bridges share (sim_bridge: the MuJoCo SO-101 tabletop;
+robocasa_bridge: RoboCasa kitchens): the operator's inputs and services, the reset handshake
+with the simulation thread, clock and status publishing, the loop's error report and its
+diagnostics.
+
+A bridge node mixes SimulatorBridge into its rclpy Node, sets ``chunk_executor``, ``cfg``
+(with ``ctrl_hz``), ``loop_errors``, ``diagnostics`` and ``_cadence``, and implements
+``_sim_time()``, ``_reset_reply()``, ``_on_task()`` and ``_on_context()`` (what a goal is
+differs per simulator).
+"""
+
+from __future__ import annotations
+
+import threading
+import traceback
+from typing import Any
+
+from rosgraph_msgs.msg import Clock
+from std_msgs.msg import Float64, String
+from std_srvs.srv import Trigger
+
+from lerobot_lang_msgs.msg import ActionChunk, LanguageContext, RuntimeStatus
+from lerobot_lang_nodes.nodes import convert, qos
+from lerobot_lang_nodes.nodes.execution import submit_chunk_msg
+
+
+class SimulatorBridge:
+    """Mixin for an rclpy Node that runs a simulator thread and a core ChunkExecutor."""
+
+    RESET_TIMEOUT_S = 30.0
+    chunk_executor: Any
+    cfg: Any
+
+    def _init_bridge(self) -> None:
+        """State and interfaces every bridge has; call once in __init__."""
+        self._lock = threading.Lock()
+        self._reset_request: threading.Event | None = None
+        self._loop_error = ''
+        self.publish_errors = 0  # writes DDS refused (each costs one tick of outputs)
+        self._clock_pub = self.create_publisher(Clock, '/clock', qos.CLOCK)
+        self._status_pub = self.create_publisher(RuntimeStatus, 'runtime_status', qos.STATUS)
+        self.create_subscription(ActionChunk, 'action_chunk', self._on_chunk, qos.COMMAND)
+        self.create_subscription(LanguageContext, 'language_context', self._on_context,
+                                 qos.LATCHED)
+        # Without a planner (flat policies) the operator's task is the goal to judge.
+        # Latched (a task sent before the bridge started) and volatile (`ros2 topic pub` with
+        # default QoS) publishers both match; a latched sample arriving twice is idempotent.
+        for task_qos in (qos.LATCHED, qos.COMMAND):
+            self.create_subscription(String, 'task', self._on_task, task_qos)
+        self.create_service(Trigger, 'pause', self._on_pause)
+        self.create_service(Trigger, 'resume', self._on_resume)
+        self.create_service(Trigger, 'sim/reset', self._on_reset)
+        self.create_subscription(Float64, 'burst', self._on_burst, qos.COMMAND)
+
+    # --- what each bridge provides ------------------------------------------------------
+    def _sim_time(self) -> float:
+        raise NotImplementedError
+
+    def _reset_reply(self) -> str:
+        raise NotImplementedError
+
+    def _on_task(self, msg: String) -> None:
+        raise NotImplementedError
+
+    def _on_context(self, msg: LanguageContext) -> None:
+        raise NotImplementedError
+
+    # --- operator inputs ----------------------------------------------------------------
+    def _on_chunk(self, msg: ActionChunk) -> None:
+        submit_chunk_msg(self.chunk_executor, msg, self._sim_time())
+
+    def _on_pause(self, _req, response: Trigger.Response) -> Trigger.Response:
+        self.chunk_executor.pause(self._sim_time())
+        response.success, response.message = True, 'paused; queue cleared'
+        self.get_logger().info('paused')
+        return response
+
+    def _on_resume(self, _req, response: Trigger.Response) -> Trigger.Response:
+        self._loop_error = ''
+        self.chunk_executor.resume()
+        response.success, response.message = True, 'resumed'
+        self.get_logger().info('resumed')
+        return response
+
+    def _on_burst(self, msg: Float64) -> None:
+        """Timed burst: act for msg.data seconds of sim time, then pause."""
+        try:
+            self.chunk_executor.burst(msg.data, self._sim_time())
+        except ValueError as exc:
+            self.get_logger().error(f'burst refused: {exc}')
+            return
+        self.get_logger().info(f'burst: acting for {msg.data:.2f} s, then pausing')
+
+    def _on_reset(self, _req, response: Trigger.Response) -> Trigger.Response:
+        """Hand the reset to the simulation thread and answer once it is done."""
+        done = threading.Event()
+        with self._lock:
+            self._reset_request = done
+        if not done.wait(self.RESET_TIMEOUT_S):
+            response.success = False
+            response.message = f'reset did not finish within {self.RESET_TIMEOUT_S:.0f} s'
+            return response
+        response.success, response.message = True, self._reset_reply()
+        return response
+
+    def _take_reset_request(self) -> threading.Event | None:
+        """The pending reset (the simulation thread sets it when done), if any."""
+        with self._lock:
+            request, self._reset_request = self._reset_request, None
+        return request
+
+    # --- outputs ------------------------------------------------------------------------
+    def _publish_clock(self, now: float) -> None:
+        msg = Clock()
+        convert.s_to_stamp(now, msg.clock)
+        self._clock_pub.publish(msg)
+
+    def _publish_status(self, now: float) -> None:
+        self._status_pub.publish(convert.status_to_msg(self.chunk_executor.status(), now))
+
+    def _report_loop_error(self, exc: Exception) -> None:
+        """An unexpected exception in a cycle: pause (queue cleared), report ERROR.
+
+        The simulated robot holds its last target whatever happens, so the error policy never
+        gives up here: the loop keeps the simulation and its clock alive.
+        """
+        self.loop_errors.failed(exc)
+        self._loop_error = self.loop_errors.last
+        self.chunk_executor.pause(self._sim_time())
+        self.get_logger().error(f'simulation loop error ({self.loop_errors.count} so far): '
+                                f'{self._loop_error}; paused and holding, the loop goes on '
+                                '(resume to move again)', throttle_duration_sec=2.0)
+        if self.loop_errors.count == 1:
+            self.get_logger().error(traceback.format_exc())
+
+    def _loop_diagnostics(self, extra: dict[str, Any]) -> tuple[str, str, dict]:
+        """The simulation loop's /diagnostics status: executor, errors, cadence, ``extra``."""
+        st = self.chunk_executor.status()
+        values = {**extra, 'loop_errors': self.loop_errors.count,
+                  'last_loop_error': self._loop_error,
+                  'publish_errors': self.publish_errors, 'mode': st.mode,
+                  'dispatched': st.dispatched, 'starved_ticks': st.starved_ticks,
+                  'discarded_stale': st.discarded_stale,
+                  'rejected_invalid': st.rejected_invalid, 'ctrl_hz': self.cfg.ctrl_hz}
+        if self._cadence is not None:
+            values.update({f'loop.{k}': v for k, v in self._cadence.stats().items()})
+        if self._loop_error and st.mode == 'paused':
+            return 'error', f'simulation loop error: {self._loop_error}; paused', values
+        return 'ok', f'{st.mode}, {st.dispatched} actions dispatched', values
