@@ -39,6 +39,11 @@ def add_arguments(_name: str, p: argparse.ArgumentParser) -> None:
     p.add_argument('--cameras', default='',
                    help='comma-separated cameras to export (default: every recorded camera)')
     p.add_argument('--namespace', default='', help='namespace the graph ran in, if any')
+    p.add_argument('--state-topic', default='joint_states', metavar='TOPIC',
+                   help='JointState topic whose named values become observation.state '
+                        '(default joint_states; robot_state for RoboCasa kitchens)')
+    p.add_argument('--robot-type', default='so101_follower',
+                   help='robot_type written into the dataset metadata (default %(default)s)')
     p.add_argument('--no-progress', action='store_true', help='no progress bar')
 
 
@@ -54,7 +59,8 @@ def run(_name: str, args: argparse.Namespace) -> int:
             episodes_by=args.episodes_by, max_age_s=args.max_age,
             min_episode_s=args.min_episode, namespace=args.namespace,
             cameras=tuple(c for c in args.cameras.split(',') if c),
-            calibration=args.calibration)
+            calibration=args.calibration, state_topic=args.state_topic,
+            robot_type=args.robot_type)
     except ValueError as exc:
         print(f'export: {exc}', file=sys.stderr)
         return 2

@@ -71,6 +71,9 @@ class ExportOptions:
     cameras: tuple[str, ...] = ()
     calibration: str = ''
     robot_type: str = 'so101_follower'
+    # The JointState topic whose named values become observation.state: the arm's
+    # joint_states, or the RoboCasa bridge's 16-D robot_state.
+    state_topic: str = 'joint_states'
 
     def __post_init__(self) -> None:
         if not 1 <= self.fps <= 1000:
@@ -82,6 +85,9 @@ class ExportOptions:
                              f'{list(EPISODES_BY)}')
         if self.max_age_s <= 0:
             raise ValueError(f'max_age_s must be > 0, got {self.max_age_s}')
+        if not self.state_topic.strip('/'):
+            raise ValueError('state_topic is empty; give the JointState topic of the state, '
+                             'e.g. joint_states or robot_state')
         if '/' not in self.repo_id:
             raise ValueError(f'repo_id must look like <user>/<name>, got {self.repo_id!r}')
 
@@ -172,7 +178,7 @@ class Exporter:
     def _check_topics(self, bags: BagSet) -> tuple[dict, dict[str, _Camera]]:
         topics = bags.topics()
         cameras = self._find_cameras(topics)
-        need = [self._name('joint_states'), self._name('action_chunk')]
+        need = [self._name(self.opt.state_topic), self._name('action_chunk')]
         missing = [t for t in need if topics.get(t) is None or not topics[t].count]
         if missing or not cameras:
             what = missing + ([] if cameras else [self._name('cameras/<name>/image_raw')])
@@ -191,7 +197,7 @@ class Exporter:
         s = Session(cameras=cameras)
         n = self._name
         by_topic = {c.topic: c for c in cameras.values()}
-        wanted = [n(t) for t in ('joint_states', 'action_chunk', 'language_context', 'task',
+        wanted = [n(t) for t in (self.opt.state_topic, 'action_chunk', 'language_context', 'task',
                                  'interjection', 'speech', VQA_LOG_TOPIC, 'task_outcome',
                                  'sim/ground_truth')] + list(by_topic)
         raw_chunks: list[tuple[float, float, Any]] = []
@@ -206,7 +212,7 @@ class Exporter:
                     offsets.append(by_topic[topic].times[-1] - t_log)
                 continue
             msg = bags.decode(raw, msgtype)
-            if topic == n('joint_states'):
+            if topic == n(self.opt.state_topic):
                 if not s.joint_names:
                     s.joint_names = tuple(msg.name)
                 if tuple(msg.name) != s.joint_names:
@@ -255,15 +261,15 @@ class Exporter:
         if not s.resets:
             s.resets = self._joint_jumps(s)
         if not s.joints:
-            raise ExportError('no usable joint_states message in the bags')
+            raise ExportError(f'no usable {self.opt.state_topic} message in the bags')
         return s
 
     def _use_receive_times(self, s: Session, bags: BagSet) -> None:
-        names = {self._name('joint_states')} | {c.topic for c in s.cameras.values()}
+        names = {self._name(self.opt.state_topic)} | {c.topic for c in s.cameras.values()}
         times: dict[str, list[float]] = {t: [] for t in names}
         for t_ns, topic, _type, _raw in bags.messages(names):
             times[topic].append(t_ns / 1e9)
-        s.joint_times = times[self._name('joint_states')][:len(s.joints)]
+        s.joint_times = times[self._name(self.opt.state_topic)][:len(s.joints)]
         for cam in s.cameras.values():
             cam.times = times[cam.topic]
 

@@ -3,7 +3,8 @@
 The robocasa_bridge runs from its own environment (.venv-robocasa), the planner, the policy
 (a RoboCasa-layout ACT checkpoint through LeRobot), the viewer and the recorder from this one;
 the scene's own language becomes the task, the policy's 12-D chunks are executed, the viewer
-labels the three views and the recorder keeps the 16-D state.
+labels the three views, the recorder keeps the 16-D state and the session exports to a LeRobot
+dataset in RoboCasa's layout.
 """
 
 from __future__ import annotations
@@ -86,5 +87,22 @@ def test_kitchen_graph_runs_a_robocasa_checkpoint_from_the_command_line(tmp_path
         with Reader(bags[0].parent) as reader:
             topics = {c.topic: c.msgcount for c in reader.connections}
         assert topics.get('/robot_state', 0) > 0, topics
+        # The kitchen session becomes a LeRobot dataset in RoboCasa's layout.
+        out = tmp_path / 'dataset'
+        export = subprocess.run(
+            [sys.executable, '-m', 'lerobot_lang_nodes.cli.main', 'export', str(session / 'bags'),
+             str(out), '--state-topic', 'robot_state', '--robot-type', 'panda_omron',
+             '--fps', '20', '--episodes-by', 'whole', '--no-progress'],
+            capture_output=True, text=True, timeout=300)
+        assert export.returncode == 0, export.stdout[-2000:] + export.stderr[-2000:]
+        from lerobot.datasets.lerobot_dataset import LeRobotDataset
+        ds = LeRobotDataset('local/kitchen', root=out, video_backend='pyav')
+        assert ds.meta.robot_type == 'panda_omron'
+        assert ds.features['observation.state']['names'] == list(layout.STATE_NAMES)
+        assert ds.features['action']['names'] == list(layout.action_names('robocasa'))
+        assert {f'observation.images.{c}' for c in layout.DEFAULT_CAMERAS} <= set(ds.features)
+        frame = ds[0]
+        assert tuple(frame['observation.state'].shape) == (16,)
+        assert tuple(frame['action'].shape) == (12,)
     finally:
         stop_popen(proc, 30.0)
