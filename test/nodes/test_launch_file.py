@@ -66,7 +66,8 @@ class Node:
                  additional_env=None, condition=None) -> None:
         self.kwargs = dict(executable=executable, package=package, name=name,
                            namespace=namespace, parameters=parameters or [],
-                           remappings=remappings or [])
+                           remappings=remappings or [], arguments=arguments or [],
+                           additional_env=additional_env or {})
 
 
 @pytest.fixture
@@ -219,3 +220,21 @@ def test_a_params_file_with_namespaced_keys_is_honoured(launch_stand_ins, tmp_pa
     _args, _nodes, params = launch('sim', params_file=str(path))
     assert node_params(params, 'planner')['high_level_hz'] == 2.5
     assert node_params(params, 'sim_bridge')['ctrl_hz'] == 30.0
+
+
+def test_sim_launch_file_starts_the_kitchen_bridge_from_its_environment(launch_stand_ins,
+                                                                       tmp_path, monkeypatch):
+    venv = tmp_path / 'venv-robocasa'
+    (venv / 'bin').mkdir(parents=True)
+    (venv / 'bin' / 'python').symlink_to(sys.executable)
+    monkeypatch.setenv(graph.ROBOCASA_VENV_ENV, str(venv))
+    _args, nodes, params = launch('sim', simulator='standin')
+    bridge = nodes[0]
+    # Not a console script of this environment: that environment's Python runs the module.
+    assert bridge['package'] is None and bridge['name'] == 'robocasa_bridge'
+    assert bridge['executable'] == str(venv.resolve() / 'bin' / 'python')
+    assert bridge['arguments'] == ['-m', graph.ROBOCASA_BRIDGE.module]
+    assert bridge['additional_env'] == {'AMENT_PREFIX_PATH': str(venv.resolve())}
+    assert [n['executable'] for n in nodes[1:]] == ['planner', 'policy', 'viewer']
+    assert node_params(params, 'robocasa_bridge')['simulator'] == 'standin'
+    assert node_params(params, 'viewer')['camera_labels'] == ['left', 'wrist', 'right']
