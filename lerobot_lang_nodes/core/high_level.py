@@ -21,7 +21,7 @@ import statistics
 import threading
 import time
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
@@ -93,6 +93,9 @@ class HighLevelPlanner:
         self.last_outcome = ''
         self._direct = self.cfg.direct_subtask
         self._gen_lock = threading.RLock()
+        # (what the generator saw, time) at the first boundary not yet answered: its look
+        # waits for a newer observation.
+        self._waiting: tuple[Hashable, float] | None = None
 
     @property
     def direct(self) -> bool:
@@ -114,16 +117,40 @@ class HighLevelPlanner:
                 or changed
         return changed
 
-    def on_chunk_boundary(self, now_s: float, observation: Mapping | None = None) -> bool:
-        """Note an action-chunk boundary; regenerate when the throttle allows.
+    def on_chunk_boundary(self, now_s: float, observation: Mapping | None = None,
+                          observed: Hashable | None = None) -> bool:
+        """Note an action-chunk boundary; regenerate when the throttle allows (see ``look``).
 
-        Returns whether a regeneration ran (whatever its outcome; see ``last_outcome``).
-        Nothing runs in direct mode, while paused, or without a task.
+        ``observed`` names what the generator would see now (e.g. how many observations the
+        node has received; None = unknown). With it, the boundary's regeneration waits for
+        the next observation: the caller calls ``look`` when one arrives. Returns whether a
+        regeneration ran (whatever its outcome; see ``last_outcome``). Nothing runs in direct
+        mode, while paused, or without a task.
         """
         self.throttle.note_chunk()
+        if observed is not None and self._waiting is None:
+            self._waiting = (observed, float(now_s))
+        return self.look(now_s, observation, observed)
+
+    def look(self, now_s: float, observation: Mapping | None = None,
+             observed: Hashable | None = None) -> bool:
+        """Regenerate if a boundary is pending, the throttle allows and there is news.
+
+        A boundary's regeneration runs on an observation newer than the one current at the
+        boundary (``observed`` differs), so the subtask is decided on what the world shows
+        after the boundary rather than on a frame that may be most of an observation period
+        old; the boundary stays pending (the throttle is not marked) meanwhile, and it waits
+        at most one ``1 / high_level_hz`` (observations that stopped coming). Without
+        ``observed`` (None) it runs at once. ``chunks_per_regen`` and ``high_level_hz`` bound
+        the regenerations as before.
+        """
         if self._direct or self.state.mode != 'action' or not self.state.task:
             return False
         if not self.throttle.due(now_s):
+            return False
+        waiting = self._waiting
+        if (observed is not None and waiting is not None and observed == waiting[0]
+                and 0.0 <= now_s - waiting[1] < self.throttle.min_interval_s):
             return False
         self.regenerate(now_s, observation)
         return True
@@ -138,6 +165,7 @@ class HighLevelPlanner:
         Returns 'changed', 'repeat', 'empty', 'failed', 'stale' or 'skipped' (no task).
         """
         self.throttle.mark(now_s)
+        self._waiting = None  # the pending boundary is answered
         with self._gen_lock:
             snap = self.state.snapshot()
             if not snap.task:

@@ -69,6 +69,14 @@ class InferenceGate:
             self._awaiting = None  # acknowledged late, lost, rejected or moot
         return urgent or now - self._last_start >= self.min_period_s
 
+    def wait_s(self, now: float, longest: float) -> float:
+        """How long a caller that polls ``should_start`` may sleep, at most ``longest``: until
+        the rate limit lets the next inference start when that comes sooner, so a start it
+        refused only for the rate (a newer subtask right after a refill started) is retried
+        the moment it is allowed rather than at the next poll."""
+        until = self._last_start + self.min_period_s - now
+        return min(longest, until) if until > 0 else longest
+
     def started(self, now: float, revision: int, flush_revision: int | None = None) -> None:
         self._last_start = now
         self._last_revision = max(self._last_revision, revision)

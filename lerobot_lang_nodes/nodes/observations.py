@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -20,14 +20,23 @@ class LatestObservations:
 
     Bad input (an unsupported encoding, ground truth that is not JSON) is logged, throttled,
     and leaves the previous value in place.
+
+    Each source (a camera name, or ``GROUND_TRUTH``) counts the values it received
+    (``version``), and ``on_update(source)``, when given, is called after each one (outside the
+    lock, on the subscription's thread): the planner looks again when something new arrives.
     """
 
+    GROUND_TRUTH = 'ground_truth'
+
     def __init__(self, node: Any, cameras: Sequence[str], image_topic_pattern: str,
-                 ground_truth_topic: str = '') -> None:
+                 ground_truth_topic: str = '',
+                 on_update: Callable[[str], None] | None = None) -> None:
         self._node = node
         self._lock = threading.Lock()
         self._images: dict[str, np.ndarray] = {}
         self._truth: dict | None = None
+        self._counts: dict[str, int] = {}
+        self._on_update = on_update
         for cam in cameras:
             node.create_subscription(Image, image_topic_pattern.format(name=cam),
                                      lambda m, c=cam: self._on_image(c, m), qos.SENSOR)
@@ -44,6 +53,9 @@ class LatestObservations:
             return
         with self._lock:
             self._images[camera] = rgb
+            self._counts[camera] = self._counts.get(camera, 0) + 1
+        if self._on_update is not None:
+            self._on_update(camera)
 
     def _on_truth(self, msg: String) -> None:
         try:
@@ -54,6 +66,15 @@ class LatestObservations:
             return
         with self._lock:
             self._truth = truth
+            self._counts[self.GROUND_TRUTH] = self._counts.get(self.GROUND_TRUTH, 0) + 1
+        if self._on_update is not None:
+            self._on_update(self.GROUND_TRUTH)
+
+    def version(self, sources: Sequence[str]) -> tuple[int, ...]:
+        """How many values each of ``sources`` (cameras, GROUND_TRUTH) received so far: a
+        different version means something new to see."""
+        with self._lock:
+            return tuple(self._counts.get(s, 0) for s in sources)
 
     def images(self) -> dict[str, np.ndarray]:
         with self._lock:

@@ -213,6 +213,7 @@ class PlannerNode(Node):
         self._lock = threading.Lock()
         self._refill_seen = False
         self._last_boundary = float('-inf')
+        self._chunk_revision = -1  # newest context revision of a chunk seen on action_chunk
         self._outcome: TaskOutcome | None = None
         self._published: LanguageSnapshot | None = None
         self._subtask_history: list[str] = []
@@ -248,9 +249,11 @@ class PlannerNode(Node):
         self.create_subscription(ActionChunk, 'action_chunk', self._on_chunk, qos.COMMAND)
         self.create_subscription(RuntimeStatus, 'runtime_status', self._on_status, qos.STATUS)
         self.create_subscription(TaskOutcome, 'task_outcome', self._on_outcome, qos.LATCHED)
+        self._look_queued = False  # a look job for a new observation waits for the worker
         self.observations = LatestObservations(self, self.cfg.cameras,
                                                self.cfg.image_topic_pattern,
-                                               self.cfg.ground_truth_topic)
+                                               self.cfg.ground_truth_topic,
+                                               on_update=self._on_observation)
         self._pause_client = self.create_client(Trigger, self.cfg.pause_service,
                                                 callback_group=MutuallyExclusiveCallbackGroup())
         self.create_service(AskVqa, 'vqa', self._on_vqa, callback_group=cb,
@@ -378,8 +381,55 @@ class PlannerNode(Node):
         if text is not None:
             self._job_interject(text)
 
-    def _on_chunk(self, _msg: ActionChunk) -> None:
+    def _look_sources(self) -> tuple[str, ...] | None:
+        """The observations the backend decides from: its ``observes`` (the scripted planner:
+        the simulator's ground truth), else the frames of ``image_cameras``; None = unknown
+        (every look counts as new)."""
+        observes = getattr(self.generator.impl, 'observes', None)
+        if observes is not None:
+            return tuple(LatestObservations.GROUND_TRUTH if s == 'ground_truth' else s
+                         for s in observes)
+        return tuple(self.cfg.image_cameras) or None
+
+    def _observed(self) -> tuple[int, ...] | None:
+        """Versions of the look sources; None before any arrived (nothing to wait for)."""
+        sources = self._look_sources()
+        version = self.observations.version(sources) if sources else ()
+        return version if any(version) else None
+
+    def _on_observation(self, source: str) -> None:
+        """Something new to see: a boundary left pending for want of news is looked at now."""
+        sources = self._look_sources()
+        if sources is None or source not in sources or self.generator.state != 'ready':
+            return
+        if self.planner.direct or not self.state.task or self.state.mode != 'action':
+            return
+        if not self.planner.throttle.due(self._now_s()):
+            return
+        with self._lock:
+            if self._look_queued:
+                return
+            self._look_queued = True
+        self._submit(self._job_look)
+
+    def _job_look(self) -> None:
+        with self._lock:
+            self._look_queued = False
+        observed = self._observed()
+        self.planner.look(self._now_s(), self.observation(), observed)
+
+    def _on_chunk(self, msg: ActionChunk) -> None:
         if self.cfg.regen_on == 'chunk':
+            self._submit(self._job_chunk_boundary)
+            return
+        # refill: the first chunk of a newer revision (a subtask or task change) started off
+        # the refill cadence, at once after the change: it is a chunk boundary too, as it
+        # would be counted with regen_on chunk, so a short subtask is looked at again after
+        # its own chunk instead of after the next refill.
+        with self._lock:
+            newer = msg.context_revision > self._chunk_revision
+            self._chunk_revision = max(self._chunk_revision, int(msg.context_revision))
+        if newer:
             self._submit(self._job_chunk_boundary)
 
     def _on_status(self, msg: RuntimeStatus) -> None:
@@ -534,7 +584,9 @@ class PlannerNode(Node):
     def _job_chunk_boundary(self) -> None:
         if self.generator.state == 'failed':
             return  # reported once at load and on /diagnostics; a boundary is no news
-        self.planner.on_chunk_boundary(self._now_s(), self.observation())
+        # The observation's version is read first: what the generator sees is as new or newer.
+        observed = self._observed()
+        self.planner.on_chunk_boundary(self._now_s(), self.observation(), observed)
 
     def _job_revision_start(self) -> None:
         """Before any input: learn the executor's revision (a restart must not reuse one)."""

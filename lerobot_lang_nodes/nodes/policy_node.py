@@ -319,7 +319,11 @@ class PolicyNode(Node):
 
     def _work(self) -> None:
         while self._running:
-            self._wake.wait(timeout=0.1)
+            with self._lock:
+                # Inputs wake the loop; so does the end of the rate limit (a newer subtask that
+                # came just after a refill started must not wait for the next input).
+                timeout = self.gate.wait_s(time.monotonic(), 0.1)
+            self._wake.wait(timeout=timeout)
             self._wake.clear()
             with self._lock:
                 if not self._running or not self._should_infer():

@@ -254,3 +254,44 @@ def test_subtask_prompt_carries_the_plan_through_the_template():
     planner.regenerate(1.0)
     subtask_prompts = [c[1][0]['content'] for c in gen.calls if c[0] == 'subtask']
     assert subtask_prompts == ['red', 'red\nPlan: use blue']
+
+
+def test_boundary_look_waits_for_a_newer_observation():
+    # With `observed`, a boundary's regeneration runs on the first observation newer than the
+    # one current at the boundary, not on the (possibly old) one the boundary found.
+    gen, planner = make(HighLevelConfig(high_level_hz=5.0), subtask=['a', 'a', 'b'])
+    planner.set_task('t')
+    assert planner.regenerate(0.0, None) == 'changed'
+    assert not planner.on_chunk_boundary(0.3, {'v': 1}, observed=(1,))
+    assert not planner.look(0.32, {'v': 1}, observed=(1,))  # nothing newer yet
+    assert gen.kinds().count('subtask') == 1
+    assert planner.look(0.35, {'v': 2}, observed=(2,))  # the next observation: looked at
+    assert [c[2] for c in gen.calls if c[0] == 'subtask'][-1] == {'v': 2}
+    # One look per boundary: a newer observation without a new boundary does not look.
+    assert not planner.look(0.6, {'v': 3}, observed=(3,))
+    # The throttle still bounds it: a boundary 0.1 s after the last look waits for 0.2 s.
+    assert not planner.on_chunk_boundary(0.45, {'v': 3}, observed=(3,))
+    assert not planner.look(0.5, {'v': 4}, observed=(4,))
+    assert planner.look(0.56, {'v': 5}, observed=(5,))
+    assert planner.state.subtask == 'b'
+
+
+def test_boundary_look_runs_without_news_after_one_throttle_interval():
+    # Observations that stopped coming (or a backend that sees none) do not stall the loop.
+    gen, planner = make(HighLevelConfig(high_level_hz=5.0), subtask=['a', 'b', 'c'])
+    planner.set_task('t')
+    planner.regenerate(0.0, None)
+    assert not planner.on_chunk_boundary(0.3, None, observed=(1,))
+    assert not planner.on_chunk_boundary(0.4, None, observed=(1,))  # still the same one
+    assert planner.on_chunk_boundary(0.5, None, observed=(1,))  # 0.2 s after the first
+    assert planner.on_chunk_boundary(1.0, None)  # observed None: at once, as before
+    assert planner.state.subtask == 'c'
+
+
+def test_look_does_nothing_without_a_pending_boundary_or_task():
+    gen, planner = make(subtask=['a'])
+    assert not planner.look(5.0, None, observed=(1,))  # no task
+    planner.set_task('t')
+    planner.regenerate(0.0, None)
+    assert not planner.look(5.0, None, observed=(2,))  # no boundary since
+    assert gen.kinds() == ['subtask', 'memory']

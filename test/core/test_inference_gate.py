@@ -67,3 +67,20 @@ def test_the_executor_already_on_the_revision_waits_for_refill():
 def test_rate_must_be_positive():
     with pytest.raises(ValueError, match='max_hz'):
         InferenceGate(max_hz=0.0)
+
+
+def test_wait_s_ends_when_the_rate_limit_lets_a_newer_subtask_start():
+    # A refill started at 0.0; the planner's next subtask (same flush epoch) comes 10 ms
+    # later: refused for the rate limit only, so the poller sleeps until 0.05, not longer.
+    gate = InferenceGate(max_hz=20.0)
+    view = ExecutorView(acting=True, needs_refill=True, revision=3, flush_revision=2)
+    assert gate.should_start(0.0, view, 3, 2)
+    gate.started(0.0, 3, 2)
+    gate.published(7, 0.003)
+    full = ExecutorView(acting=True, needs_refill=False, revision=3, flush_revision=2)
+    assert not gate.should_start(0.01, full, 4, 2)
+    assert gate.wait_s(0.01, 0.1) == pytest.approx(0.04)
+    assert gate.should_start(0.05, full, 4, 2)
+    # Past the limit (or before any start) the poller's own period is kept.
+    assert gate.wait_s(0.2, 0.1) == 0.1
+    assert InferenceGate(max_hz=20.0).wait_s(0.0, 0.1) == 0.1

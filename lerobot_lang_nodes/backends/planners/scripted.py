@@ -42,6 +42,9 @@ def _strip_prefix(text: str, prefix: str) -> str:
 class ScriptedPlanner:
     """Decomposes scene tasks into subtasks and answers from ground truth."""
 
+    # What it decides from: the planner node looks again when a newer ground truth arrives.
+    observes = ('ground_truth',)
+
     def __init__(self, cfg: Any = None) -> None:
         self._plan: list[tasks.Subtask] = []
         self._goal: tasks.TaskSpec | None = None
