@@ -21,7 +21,7 @@ import statistics
 import threading
 import time
 from collections import deque
-from collections.abc import Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
@@ -96,6 +96,10 @@ class HighLevelPlanner:
         # (what the generator saw, time) at the first boundary not yet answered: its look
         # waits for a newer observation.
         self._waiting: tuple[Hashable, float] | None = None
+        # Called (on the generating thread) as soon as the subtask changed, before the memory
+        # is generated: the node publishes the new subtask at once instead of one generation
+        # later (a model's memory note costs as long as the subtask did).
+        self.on_subtask_changed: Callable[[], None] | None = None
 
     @property
     def direct(self) -> bool:
@@ -182,6 +186,8 @@ class HighLevelPlanner:
                                              flush=True if flush else None)
             if outcome == 'stale':
                 self._count(self.discarded, 'subtask')
+            if outcome == 'changed' and self.on_subtask_changed is not None:
+                self.on_subtask_changed()
             if outcome == 'changed' and self.cfg.enable_memory:
                 self._regenerate_memory(observation)
             self.last_outcome = outcome

@@ -210,6 +210,7 @@ class PlannerNode(Node):
                                  temperature=self.cfg.temperature, top_p=self.cfg.top_p)
         self.state = LanguageState()
         self.planner = HighLevelPlanner(self.generator, self.state, hl_cfg, self.templates)
+        self.planner.on_subtask_changed = self._publish_context_now
         self._lock = threading.Lock()
         self._refill_seen = False
         self._last_boundary = float('-inf')
@@ -472,13 +473,19 @@ class PlannerNode(Node):
             except Exception as exc:  # noqa: BLE001 - a bad job must not kill the worker
                 self.get_logger().error(f'{fn.__name__} failed: {type(exc).__name__}: {exc}')
                 future.set_exception(exc)
-            try:
-                self._publish_context()
-            except _rclpy.RCLError as exc:  # DDS refused a write: the next job publishes again
-                if not self.context.ok():
-                    return
-                self.get_logger().error(f'publishing the language context failed: {exc}',
-                                        throttle_duration_sec=2.0)
+            if not self._publish_context_now():
+                return
+
+    def _publish_context_now(self) -> bool:
+        """Publish the context if it changed; False once ROS is shutting down."""
+        try:
+            self._publish_context()
+        except _rclpy.RCLError as exc:  # DDS refused a write: the next job publishes again
+            if not self.context.ok():
+                return False
+            self.get_logger().error(f'publishing the language context failed: {exc}',
+                                    throttle_duration_sec=2.0)
+        return True
 
     def _job_load(self, backend_cls: type) -> None:
         start = time.monotonic()

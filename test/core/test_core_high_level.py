@@ -295,3 +295,18 @@ def test_look_does_nothing_without_a_pending_boundary_or_task():
     planner.regenerate(0.0, None)
     assert not planner.look(5.0, None, observed=(2,))  # no boundary since
     assert gen.kinds() == ['subtask', 'memory']
+
+
+def test_a_changed_subtask_is_announced_before_the_memory_is_generated():
+    gen, planner = make(subtask=['pick cup', 'pick cup', 'place cup'], memory=['a', 'b'])
+    announced = []
+    planner.on_subtask_changed = lambda: announced.append(
+        (planner.state.subtask, planner.state.memory, len(gen.calls)))
+    planner.set_task('clean the table')
+    planner.regenerate(0.0)
+    # The subtask was set and announced after its own generation, before memory's.
+    assert announced == [('pick cup', '', 1)] and gen.kinds() == ['subtask', 'memory']
+    planner.regenerate(1.0)  # a repeat: nothing to announce, no memory
+    assert len(announced) == 1
+    planner.regenerate(2.0)
+    assert announced[-1] == ('place cup', 'a', 4)

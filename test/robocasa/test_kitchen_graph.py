@@ -61,8 +61,10 @@ def test_kitchen_graph_runs_a_robocasa_checkpoint_from_the_command_line(tmp_path
         chunk = chunks.wait_for(lambda c: c.backend == 'lerobot', timeout_s=120.0,
                                 what='a chunk from the lerobot policy')
         assert tuple(chunk.action_names) == layout.action_names('robocasa')
-        st = status.wait_for(lambda s: s.dispatched >= 20, timeout_s=120.0,
+        # Three seconds of the policy's chunks (refilled as they run): enough for an episode.
+        st = status.wait_for(lambda s: s.dispatched >= 60, timeout_s=180.0,
                              what='the chunks executed by robocasa_bridge')
+        assert len(chunks) >= 3, f'{len(chunks)} chunks for 60 actions of 20-action chunks'
         assert st.rejected_invalid == 0, st.last_reject_reason
         wait_until(lambda: (session / 'latest.png').is_file(), 60.0, 'the live view PNG')
         # A reset re-rolls the kitchen (seed + 1000) and its language becomes the task.
