@@ -64,6 +64,9 @@ class GoalWrite:
     servo_id: int
     goal: int  # the new Goal_Position (steps)
     present: int  # Present_Position just before the write (steps)
+    # Present_Position as the servo last answered a read of it: what a driver clamping to
+    # the freshly read position clamped against (the horn moves on between read and write).
+    read_present: int | None = None
 
 
 @dataclass
@@ -86,6 +89,7 @@ class VirtualServo:
         self.error_bits = 0  # injected status error bits
         self.eeprom_writes_ignored = 0  # EEPROM writes sent while Lock == 1
         self.reg_write: tuple[int, bytes] | None = None
+        self.last_read_present: int | None = None  # see GoalWrite.read_present
         self._sync_present()
         self._put('Goal_Position', self.get('Present_Position'))
 
@@ -176,6 +180,9 @@ class VirtualServo:
     def read(self, address: int, size: int) -> bytes:
         """Bytes of the control table (zeros past its end)."""
         chunk = bytes(self.table[address:address + size])
+        reg = CONTROL_TABLE['Present_Position']
+        if address <= reg.address and address + size >= reg.address + reg.size:
+            self.last_read_present = self.get('Present_Position')
         return chunk + bytes(size - len(chunk))
 
 
@@ -376,7 +383,8 @@ class ServoBusEmulator:
         servo.write(address, data)
         if touches:
             self._goal_log.append(GoalWrite(time.monotonic(), servo.id,
-                                            servo.get('Goal_Position'), present))
+                                            servo.get('Goal_Position'), present,
+                                            servo.last_read_present))
 
     def _advance(self) -> None:
         now = time.monotonic()

@@ -81,7 +81,11 @@ def assert_flowing_and_healthy(arm: Rig) -> None:
 def assert_goals_within_clamp(arm: Rig, since: float) -> None:
     writes = arm.emu.goal_writes()
     assert writes, 'the emulator logged no goal write at all'
-    bad = [w for w in writes if abs(w.goal - w.present) > MAX_REL_STEPS + SLACK_STEPS]
+    # Judged against the position the driver read in that cycle as well as the one when the
+    # write landed (the emulated horn moves on in between, more so on a loaded machine).
+    bad = [w for w in writes if min(abs(w.goal - w.present), abs(
+           w.goal - (w.present if w.read_present is None else w.read_present)))
+           > MAX_REL_STEPS + SLACK_STEPS]
     assert not bad, f'goal writes beyond max_relative_target ({MAX_REL_STEPS:.0f} steps): ' \
                     f'{bad[:5]}'
     assert any(w.servo_id == PAN and w.stamp > since for w in writes), \
