@@ -266,26 +266,6 @@ def measure_node(prefix: Path, size: int, args: argparse.Namespace, tmp: Path) -
             'loop_errors': int(values.get('loop_errors', 0)), 'exit_code': code}
 
 
-def private_ros_domain():
-    """A free ROS_DOMAIN_ID with this project's DDS environment (as bench/sim_graph.py)."""
-    import contextlib
-
-    from domain_coordinator import domain_id
-
-    from lerobot_lang_nodes import dds
-
-    @contextlib.contextmanager
-    def ctx():
-        with domain_id() as domain:
-            env = dds.ros_environment(domain_id=domain)
-            env['ROS_AUTOMATIC_DISCOVERY_RANGE'] = 'LOCALHOST'
-            env['MUJOCO_GL'] = 'egl'
-            env.setdefault('AMENT_PREFIX_PATH', sys.prefix)
-            os.environ.update(env)
-            yield domain
-    return ctx()
-
-
 # --- report ----------------------------------------------------------------------------------
 def ratios(rows: list[dict[str, Any]], key: str = 'step_ms_p50') -> dict[str, float]:
     """Step-time ratios: each size against the smallest, every view set against physics."""
@@ -415,6 +395,7 @@ def main(argv: list[str] | None = None) -> int:
     node = None
     if args.node_seconds > 0:
         rows = []
+        from sim_graph import private_ros_domain  # the main environment only
         with private_ros_domain():
             for size in args.sizes:
                 print(f'[node] robocasa_bridge at {size} px ...', file=sys.stderr, flush=True)

@@ -118,6 +118,15 @@ class SimulatorBridge:
     def _publish_status(self, now: float) -> None:
         self._status_pub.publish(convert.status_to_msg(self.chunk_executor.status(), now))
 
+    def _publish_failed(self, exc: Exception) -> None:
+        """DDS refused a write: it costs this tick's outputs, never the simulation loop
+        (re-raised only when ROS is shutting down)."""
+        if not self.context.ok():
+            raise exc
+        self.publish_errors += 1
+        self.get_logger().error(f'publish failed ({self.publish_errors} so far; the '
+                                f'simulation goes on): {exc}', throttle_duration_sec=5.0)
+
     def _report_loop_error(self, exc: Exception) -> None:
         """An unexpected exception in a cycle: pause (queue cleared), report ERROR.
 

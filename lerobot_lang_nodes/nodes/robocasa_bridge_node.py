@@ -213,12 +213,7 @@ class RoboCasaBridgeNode(SimulatorBridge, Node):
                     self._publish_all(host.sim_time, images=ticks.due('camera'),
                                       status=ticks.due('status'), refill=refill)
                 except _rclpy.RCLError as exc:
-                    if not self.context.ok():
-                        raise
-                    self.publish_errors += 1
-                    self.get_logger().error(f'publish failed ({self.publish_errors} so far; '
-                                            f'the simulation goes on): {exc}',
-                                            throttle_duration_sec=5.0)
+                    self._publish_failed(exc)
                 ticks.advance()
                 if cadence is not None:
                     time.sleep(cadence.delay(time.monotonic()))

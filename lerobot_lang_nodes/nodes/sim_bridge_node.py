@@ -206,12 +206,7 @@ class SimBridgeNode(SimulatorBridge, Node):
                     elif refill:
                         self._publish_status(now)
                 except _rclpy.RCLError as exc:
-                    if not self.context.ok():
-                        raise
-                    self.publish_errors += 1
-                    self.get_logger().error(f'publish failed ({self.publish_errors} so far; '
-                                            f'the simulation goes on): {exc}',
-                                            throttle_duration_sec=5.0)
+                    self._publish_failed(exc)
                 ticks.advance()
                 if cadence is not None:
                     time.sleep(cadence.delay(time.monotonic()))

@@ -73,12 +73,14 @@ def _save(policy: Any, cfg: Any, stats: dict[str, Any], out: Path) -> Path:
 def build_tiny_act(out: str | Path, *, chunk_size: int = 20, n_action_steps: int | None = None,
                    cameras: tuple[str, ...] = CAMERAS,
                    image_shape: tuple[int, int, int] = IMAGE_SHAPE, state_dim: int = 6,
-                   action_dim: int = 6, action_scale: float = 0.1, seed: int = 0) -> Path:
+                   action_dim: int = 6, action_scale: float = 0.1, seed: int = 0,
+                   vectors: dict[str, dict[str, tuple[float, ...]]] | None = None) -> Path:
     """A tiny ACT checkpoint directory (about 12 M parameters, mostly the ResNet-18).
 
     ``action_scale`` shrinks the random action head, so the unnormalised actions stay near the
     statistics' mean (inside the SO-101 joint limits) instead of spreading over several
-    standard deviations, as a trained policy's would not.
+    standard deviations, as a trained policy's would not. ``vectors`` overrides the state and
+    action statistics (see ``_stats``).
     """
     import torch
     from lerobot.policies.act.configuration_act import ACTConfig
@@ -94,7 +96,7 @@ def build_tiny_act(out: str | Path, *, chunk_size: int = 20, n_action_steps: int
     with torch.no_grad():
         policy.model.action_head.weight.mul_(action_scale)
         policy.model.action_head.bias.zero_()
-    return _save(policy, cfg, _stats(inputs, outputs), Path(out))
+    return _save(policy, cfg, _stats(inputs, outputs, vectors), Path(out))
 
 
 # RoboCasa (PandaOmron): the three default views, small square frames (cheap on a CPU; the
@@ -123,25 +125,13 @@ def build_tiny_robocasa_act(out: str | Path, *, chunk_size: int = 20,
     its ``action_names`` parameter (layout.action_names(order) of the order it was trained in;
     ``ROBOCASA_ACTION_ORDER`` for this one, whose random weights mean no order in particular).
     """
-    import torch
-    from lerobot.policies.act.configuration_act import ACTConfig
-    from lerobot.policies.act.modeling_act import ACTPolicy
-
     from lerobot_lang_nodes.robocasa import layout
-    torch.manual_seed(seed)
-    inputs, outputs = _features(image_shape, cameras, layout.STATE_DIM, layout.ACTION_DIM)
-    cfg = ACTConfig(input_features=inputs, output_features=outputs, device='cpu',
-                    chunk_size=chunk_size, n_action_steps=n_action_steps or chunk_size,
-                    pretrained_backbone_weights=None, dim_model=32, n_heads=2,
-                    dim_feedforward=64, n_encoder_layers=1, n_decoder_layers=1,
-                    n_vae_encoder_layers=1, latent_dim=8, push_to_hub=False)
-    policy = ACTPolicy(cfg)
-    with torch.no_grad():
-        policy.model.action_head.weight.mul_(action_scale)
-        policy.model.action_head.bias.zero_()
-    stats = _stats(inputs, outputs, {'observation.state': ROBOCASA_STATE,
-                                     'action': ROBOCASA_ACTION})
-    return _save(policy, cfg, stats, Path(out))
+    return build_tiny_act(out, chunk_size=chunk_size, n_action_steps=n_action_steps,
+                          cameras=cameras, image_shape=image_shape,
+                          state_dim=layout.STATE_DIM, action_dim=layout.ACTION_DIM,
+                          action_scale=action_scale, seed=seed,
+                          vectors={'observation.state': ROBOCASA_STATE,
+                                   'action': ROBOCASA_ACTION})
 
 
 def build_tiny_diffusion(out: str | Path, *, horizon: int = 16, n_action_steps: int = 8,
