@@ -76,12 +76,15 @@ PRESETS: dict[str, dict[str, Any]] = {
     # Sized for the whole loop in under two hours on a 2-core CPU (see bench/README.md).
     'default': dict(scenes=24, interject_every=4, task_timeout=30.0, policy_steps=3000,
                     policy_batch=32, planner_steps=300, planner_examples=256,
-                    eval_episodes=12, eval_timeout=30.0, curve='0.25,0.5',
-                    curve_eval_episodes=12, planner_eval_frames=400,
-                    configs=','.join(CONFIGS)),
+                    planner_prompts='config/prompts_stateful.yaml', planner_vision=64,
+                    planner_cameras='front,wrist', eval_episodes=12,
+                    eval_timeout=30.0, curve='0.25,0.5', curve_eval_episodes=12,
+                    planner_eval_frames=400, configs=','.join(CONFIGS)),
     # CI: every stage connects, in a few minutes; the numbers mean nothing.
     'ci': dict(scenes=1, interject_every=1, task_timeout=25.0, policy_steps=30,
-               policy_batch=8, planner_steps=20, planner_examples=48, eval_episodes=1,
+               policy_batch=8, planner_steps=20, planner_examples=48,
+               planner_prompts='config/prompts_stateful.yaml', planner_vision=64,
+               planner_cameras='front,wrist', eval_episodes=1,
                eval_timeout=10.0, curve='', curve_eval_episodes=0, planner_eval_frames=24,
                configs=f'{BASELINE},learned_planner+learned_policy'),
 }
@@ -472,7 +475,7 @@ def train_policy(dataset: Path, out: Path, args: argparse.Namespace,
     summary = json.loads((out / 'training_summary.json').read_text())
     keep = ('frames', 'episodes', 'steps', 'batch_size', 'chunk_size', 'parameters',
             'loss_start', 'loss_end', 'train_loss_first', 'train_loss_last', 'load_s',
-            'train_s', 'wall_s', 'image_shape')
+            'train_s', 'wall_s', 'image_shape', 'image_keypoints', 'shift_pixels')
     return {**{k: summary.get(k) for k in keep}, 'instructions': len(summary['instructions']),
             'command_wall_s': wall, 'path': str(out.relative_to(args.work))}
 
@@ -493,15 +496,20 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
     out = models / 'planner'
     if out.exists():
         shutil.rmtree(out)
+    prompts = ['--prompts-file', str(ROOT / args.planner_prompts)] if args.planner_prompts \
+        else []
     code, text, wall = run_cli(['lerobot_lang_nodes.training.planner', str(dataset), str(out),
                                 '--steps', str(args.planner_steps), '--max-examples',
-                                str(args.planner_examples)], work / 'train_planner.log',
-                               4 * 3600.0)
+                                str(args.planner_examples), '--vision-size',
+                                str(args.planner_vision), '--cameras', args.planner_cameras,
+                                *prompts],
+                               work / 'train_planner.log', 4 * 3600.0)
     if code != 0:
         raise SystemExit(f'train-planner failed ({code}): {text[-2000:]}')
     summary = json.loads((out / 'training_summary.json').read_text())
     report['planner'] = {**{k: summary.get(k) for k in (
-        'frames', 'frames_used', 'episodes', 'examples', 'subtasks', 'steps', 'loss_start',
+        'frames', 'frames_used', 'episodes', 'examples', 'subtasks', 'steps', 'vision_size',
+        'loss_start',
         'loss_end', 'checked', 'exact_matches', 'load_s', 'train_s', 'wall_s')},
         'planner_parameters': summary['planner_parameters'], 'command_wall_s': wall,
         'path': str(out.relative_to(work))}
@@ -829,7 +837,8 @@ def report(args: argparse.Namespace) -> dict[str, Any]:
                                               'bag_mb')} | {'scenes': len(collected['scenes'])},
         'dataset': {k: exported[k] for k in ('frames', 'episodes', 'minutes', 'mb', 'wall_s')},
         'training': {'policy': trained['policy'], 'planner': {
-            k: v for k, v in trained['planner'].items() if k != 'planner_parameters'},
+            **{k: v for k, v in trained['planner'].items() if k != 'planner_parameters'},
+            'image_cameras': trained['planner']['planner_parameters']['image_cameras']},
             'curve': trained.get('curve', [])},
         'deploy': {name: {k: c[k] for k in ('n', 'successes', 'success_rate', 'median_sim_s',
                                             'chunks', 'subtask_changes', 'latency',
@@ -883,10 +892,14 @@ def markdown(s: dict[str, Any], figure: str) -> str:
               '| model | data | steps | loss (start -> end, eval frames) | train s | wall s |',
               '|---|---|---|---|---|---|',
               f"| policy (`lang_chunk`, {tp['parameters']} parameters, images "
-              f"{tp['image_shape']}) | {tp['frames']} frames, {tp['episodes']} episodes | "
+              f"{tp['image_shape']}{', keypoints' if tp.get('image_keypoints') else ''}, "
+              f"shift {tp.get('shift_pixels', 0)} px) | {tp['frames']} frames, "
+              f"{tp['episodes']} episodes | "
               f"{tp['steps']} x {tp['batch_size']} | {tp['loss_start']:.4f} -> "
               f"{tp['loss_end']:.4f} | {tp['train_s']} | {tp['command_wall_s']} |",
-              f"| planner (tiny Idefics3) | {sum(tl['examples'].values())} examples "
+              f"| planner (tiny Idefics3, {tl.get('vision_size', 32)} px vision, cameras "
+              f"{','.join(tl['image_cameras'])}) | "
+              f"{sum(tl['examples'].values())} examples "
               f"{tl['examples']} from {tl['frames']} frames | {tl['steps']} | "
               f"{tl['loss_start']:.4f} -> {tl['loss_end']:.4f} | {tl['train_s']} | "
               f"{tl['command_wall_s']} |"]
@@ -942,7 +955,8 @@ def markdown(s: dict[str, Any], figure: str) -> str:
 STAGE_FUNCTIONS = {'collect': collect, 'export': export, 'train': train, 'deploy': deploy}
 STAGE_SETTINGS = {
     'collect': ('scenes', 'interject_every', 'task_timeout', 'collect_seed'),
-    'train': ('policy_steps', 'policy_batch', 'planner_steps', 'planner_examples', 'curve'),
+    'train': ('policy_steps', 'policy_batch', 'planner_steps', 'planner_examples',
+              'planner_prompts', 'planner_vision', 'planner_cameras', 'curve'),
     'deploy': ('eval_episodes', 'eval_timeout', 'curve_eval_episodes', 'planner_eval_frames',
                'configs', 'eval_seed'),
 }

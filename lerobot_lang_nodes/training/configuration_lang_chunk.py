@@ -42,8 +42,14 @@ class LangChunkConfig(PreTrainedConfig):
     n_action_steps: int = 20
     # The dataset's action names ('shoulder_pan.pos', ...): the backend orders joints by them.
     action_feature_names: list[str] | None = None
-    # Image encoder: one stride-2 3x3 conv per entry, shared by every camera.
+    # Image encoder: one 3x3 conv per entry (stride from conv_strides, 2 when not given),
+    # shared by every camera.
     conv_channels: list[int] = field(default_factory=lambda: [16, 32, 32, 32])
+    conv_strides: list[int] | None = None
+    # Also feed the head each channel's expected (x, y) on the last feature map (spatial
+    # softmax keypoints, as robomimic and Diffusion Policy do): sub-cell positions, where the
+    # pooled grid only says which cell. Off in checkpoints written before it existed.
+    image_keypoints: bool = False
     # The last feature map is average-pooled to this grid (rows, columns) and flattened, so the
     # head still knows where things are (which side the named cube is on).
     image_grid: list[int] = field(default_factory=lambda: [3, 4])
@@ -76,6 +82,11 @@ class LangChunkConfig(PreTrainedConfig):
             raise ValueError('chunk_size and n_action_steps must be >= 1')
         if not self.conv_channels or min(self.conv_channels) < 1:
             raise ValueError(f'conv_channels must be positive numbers, got {self.conv_channels}')
+        strides = self.conv_strides
+        if strides is not None and (len(strides) != len(self.conv_channels)
+                                    or min(strides) < 1):
+            raise ValueError(f'conv_strides must give one stride >= 1 per conv_channels entry, '
+                             f'got {strides} for {self.conv_channels}')
         if len(self.image_grid) != 2 or min(self.image_grid) < 1:
             raise ValueError(f'image_grid must be [rows, columns], got {self.image_grid}')
         if self.text_buckets < 2 or self.text_ngrams < 1:

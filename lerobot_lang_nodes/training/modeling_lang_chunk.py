@@ -8,7 +8,9 @@ so "red" and "blue" get unrelated embeddings from the first step.
 
 Images: one conv stack shared by the cameras. The text embedding modulates its last feature
 map (FiLM: per-channel scale and shift), so the text can select which image features matter
-(the cube it names), before the map is pooled to a coarse grid that keeps where things are.
+(the cube it names), before the map is pooled to a coarse grid that keeps where things are,
+and (``image_keypoints``) reduced to each channel's expected position, which is finer than a
+grid cell.
 
 Head: [text, state, per-camera image features] -> MLP -> ``chunk_size`` joint targets (L1 on
 normalised actions, padded steps past the episode end masked out, as ACT trains).
@@ -62,15 +64,16 @@ class LangChunkPolicy(PreTrainedPolicy):
         self.text_embedding = nn.EmbeddingBag(config.text_buckets, d, mode='mean')
         layers: list[nn.Module] = []
         channels = 3
-        for out in config.conv_channels:
-            layers += [nn.Conv2d(channels, out, 3, stride=2, padding=1), nn.GroupNorm(1, out),
-                       nn.GELU()]
+        strides = config.conv_strides or [2] * len(config.conv_channels)
+        for out, stride in zip(config.conv_channels, strides):
+            layers += [nn.Conv2d(channels, out, 3, stride=stride, padding=1),
+                       nn.GroupNorm(1, out), nn.GELU()]
             channels = out
         self.backbone = nn.Sequential(*layers[:-1])  # FiLM comes before the last activation
         self.film = nn.Linear(d, 2 * channels)
         rows, cols = config.image_grid
-        self.image_proj = nn.ModuleList(nn.Linear(channels * rows * cols, d)
-                                        for _ in self.image_keys)
+        n_image = channels * rows * cols + (2 * channels if config.image_keypoints else 0)
+        self.image_proj = nn.ModuleList(nn.Linear(n_image, d) for _ in self.image_keys)
         n_state = config.robot_state_feature.shape[0]
         self.state_proj = nn.Linear(n_state, d)
         self.n_actions = config.action_feature.shape[0]
@@ -124,8 +127,10 @@ class LangChunkPolicy(PreTrainedPolicy):
                                       align_corners=False)
             fmap = self.backbone(image)
             fmap = F.gelu(fmap * (1 + gamma[:, :, None, None]) + beta[:, :, None, None])
-            pooled = F.adaptive_avg_pool2d(fmap, tuple(self.config.image_grid))
-            parts.append(proj(pooled.flatten(1)))
+            features = [F.adaptive_avg_pool2d(fmap, tuple(self.config.image_grid)).flatten(1)]
+            if self.config.image_keypoints:
+                features.append(spatial_keypoints(fmap))
+            parts.append(proj(torch.cat(features, dim=1)))
         out = self.head(torch.cat(parts, dim=1))
         return out.view(n, self.config.chunk_size, self.n_actions)
 
@@ -147,6 +152,17 @@ class LangChunkPolicy(PreTrainedPolicy):
         lengths = torch.tensor([0] + [len(r) for r in rows[:-1]], dtype=torch.long)
         offsets = torch.cumsum(lengths, 0).to(device)
         return self.text_embedding(flat, offsets)
+
+
+def spatial_keypoints(fmap: Tensor) -> Tensor:
+    """(B, 2C): each channel's softmax-weighted mean (x, y) over the map, in [-1, 1]."""
+    b, c, h, w = fmap.shape
+    weights = torch.softmax(fmap.flatten(2), dim=-1).view(b, c, h, w)
+    ys = torch.linspace(-1.0, 1.0, h, dtype=fmap.dtype, device=fmap.device)
+    xs = torch.linspace(-1.0, 1.0, w, dtype=fmap.dtype, device=fmap.device)
+    x = (weights.sum(dim=2) * xs).sum(dim=-1)
+    y = (weights.sum(dim=3) * ys).sum(dim=-1)
+    return torch.cat([x, y], dim=1)
 
 
 def _texts(task: object, n: int) -> list[str]:

@@ -53,7 +53,7 @@ KINDS = ('subtask', 'memory', 'interjection')
 SUMMARY_FILE = 'training_summary.json'
 PROMPTS_FILE = 'prompts.yaml'
 REPO_ID = 'local/lerobot_lang_dataset'
-VISION_SIZE = 32  # the tiny Idefics3's image side: one image token per frame
+VISION_SIZE = 32  # the tiny Idefics3's default image side: one image token per frame
 
 
 @dataclass
@@ -292,7 +292,7 @@ def train_planner(dataset_dir: str | Path, output_dir: str | Path, *, steps: int
                   frames_per_segment: int = 3, max_examples: int = 256,
                   kinds: Sequence[str] = KINDS, prompts_file: str | Path = '',
                   system_prompt: str | None = None, lr: float = 3e-3,
-                  check_examples: int = 8) -> dict[str, Any]:
+                  check_examples: int = 8, vision_size: int = VISION_SIZE) -> dict[str, Any]:
     """Train the tiny VLM planner on the dataset in ``dataset_dir``; save it to ``output_dir``.
 
     ``cameras`` and ``image_size`` must be the deploying planner's ``image_cameras`` and
@@ -300,6 +300,8 @@ def train_planner(dataset_dir: str | Path, output_dir: str | Path, *, steps: int
     bounds the examples (spread evenly over the dataset): tiny_models/vlm.py fits all examples
     of a step at once, so it is also the batch. ``check_examples`` subtask examples are then
     answered by the `transformers` backend itself (greedy) and the exact matches counted.
+    ``vision_size`` is the side the model's vision tower sees a frame at, a multiple of 32:
+    (vision_size / 32)^2 image tokens per frame.
     Raises DatasetError (bad dataset or output folder) and SettingsError (bad settings).
     """
     if steps < 1 or frames_per_segment < 1 or max_examples < 1:
@@ -308,6 +310,8 @@ def train_planner(dataset_dir: str | Path, output_dir: str | Path, *, steps: int
     bad = [k for k in kinds if k not in KINDS]
     if bad or 'subtask' not in kinds:
         raise SettingsError(f'kinds {list(kinds)}: expected subtask plus any of {list(KINDS)}')
+    if vision_size < 32 or vision_size % 32:
+        raise SettingsError(f'vision_size must be a multiple of 32, got {vision_size}')
     if image_size < 0:
         raise SettingsError(f'image_size must be >= 0 (0 = frames as they come), got '
                             f'{image_size}')
@@ -348,7 +352,7 @@ def train_planner(dataset_dir: str | Path, output_dir: str | Path, *, steps: int
     try:
         model_dir = work / 'model'
         vlm.build_tiny_vlm(model_dir, vlm.example_texts(examples, templates.system_prompt),
-                           image_size=VISION_SIZE, seed=seed)
+                           image_size=vision_size, seed=seed)
         loss_start = example_loss(model_dir, examples, templates.system_prompt, image_size)
         train_start = time.monotonic()
         vlm.train(model_dir, examples, system_prompt=templates.system_prompt,
@@ -364,7 +368,8 @@ def train_planner(dataset_dir: str | Path, output_dir: str | Path, *, steps: int
                                                        if c.frame >= 0}),
             'episodes': len({f.episode for f in frames}), 'examples': counts,
             'subtasks': sorted({c.target for c in candidates if c.kind == 'subtask'}),
-            'steps': steps, 'seed': seed, 'lr': lr, 'loss_start': loss_start,
+            'steps': steps, 'seed': seed, 'lr': lr, 'vision_size': vision_size,
+            'loss_start': loss_start,
             'loss_end': loss_end, 'checked': checked, 'exact_matches': matched,
             'load_s': round(load_s, 2), 'train_s': round(train_s, 2),
             # What the planner node must be given to render prompts as they were trained.
@@ -453,6 +458,9 @@ def add_arguments(_name: str, p: argparse.ArgumentParser) -> None:
                         "(default front; '' = text only)")
     p.add_argument('--image-size', type=int, default=0,
                    help="the planner's image_size (default 0: frames as they come)")
+    p.add_argument('--vision-size', type=int, default=VISION_SIZE,
+                   help='side of the frame the vision tower sees, a multiple of 32 '
+                        f'((side/32)^2 image tokens per frame; default {VISION_SIZE})')
     p.add_argument('--frames-per-segment', type=int, default=3,
                    help='frames used per stretch of one prompt and answer (default 3)')
     p.add_argument('--max-examples', type=int, default=256,
@@ -474,6 +482,7 @@ def run(_name: str, args: argparse.Namespace) -> int:
             args.dataset, args.output, steps=args.steps, seed=args.seed,
             cameras=tuple(c for c in args.cameras.split(',') if c),
             image_size=args.image_size, frames_per_segment=args.frames_per_segment,
+            vision_size=args.vision_size,
             max_examples=args.max_examples,
             kinds=tuple(k for k in args.kinds.split(',') if k),
             prompts_file=args.prompts_file, lr=args.lr, check_examples=args.check)

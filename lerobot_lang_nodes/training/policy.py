@@ -67,13 +67,17 @@ def train_policy(dataset_dir: str | Path, output_dir: str | Path, *, steps: int 
                  batch_size: int = 32, seed: int = 0, chunk_size: int = 20,
                  n_action_steps: int | None = None, image_size: int = 64,
                  instruction: str = 'subtask', lr: float | None = None, device: str = 'cpu',
-                 num_threads: int = 0, eval_frames: int = 256,
-                 log_every: int = 200) -> dict[str, Any]:
+                 num_threads: int = 0, eval_frames: int = 256, log_every: int = 200,
+                 keypoints: bool = True, shift_pixels: int = 4) -> dict[str, Any]:
     """Train `lang_chunk` on the dataset in ``dataset_dir``; save it to ``output_dir``.
 
     ``image_size`` is the longest image side the policy runs at; ``instruction`` 'subtask'
     conditions on the active subtask (else the task), 'task' on the episode task only (for a
     policy node with ``condition_on: task``). ``num_threads`` 0 keeps torch's default.
+    ``keypoints`` gives the model spatial-softmax keypoints on a feature map at 1/8 of the
+    image (else the plain 1/16 grid). ``shift_pixels`` > 0 shifts each training image by up to
+    that many pixels (edge-padded random crop, per frame and camera; DrQ and Diffusion Policy
+    train this way): a few dozen demonstrations otherwise let the model memorise pixels.
     ``loss_start`` / ``loss_end`` in the summary are the loss on a fixed set of up to
     ``eval_frames`` frames, in eval mode, before the first and after the last step.
     Raises DatasetError (bad dataset or output folder) and SettingsError (bad settings).
@@ -81,6 +85,8 @@ def train_policy(dataset_dir: str | Path, output_dir: str | Path, *, steps: int 
     t0 = time.monotonic()
     if steps < 1 or batch_size < 1:
         raise SettingsError(f'steps ({steps}) and batch_size ({batch_size}) must be >= 1')
+    if shift_pixels < 0:
+        raise SettingsError(f'shift_pixels must be >= 0, got {shift_pixels}')
     if instruction not in INSTRUCTIONS:
         raise SettingsError(f'instruction is {instruction!r}; expected one of '
                             f'{list(INSTRUCTIONS)}')
@@ -96,14 +102,15 @@ def train_policy(dataset_dir: str | Path, output_dir: str | Path, *, steps: int 
         summary = _train(info, out, steps=steps, batch_size=batch_size, seed=seed,
                          chunk_size=chunk_size, n_action_steps=n_action_steps or chunk_size,
                          image_size=image_size, instruction=instruction, lr=lr, device=device,
-                         eval_frames=eval_frames, log_every=log_every, t0=t0)
+                         eval_frames=eval_frames, log_every=log_every, t0=t0,
+                         keypoints=keypoints, shift_pixels=shift_pixels)
     finally:
         torch.set_num_threads(threads)
     return summary
 
 
 def _config(info: DatasetInfo, *, chunk_size: int, n_action_steps: int, image_size: int,
-            lr: float | None, device: str) -> Any:
+            lr: float | None, device: str, keypoints: bool = False) -> Any:
     from lerobot.configs import FeatureType, PolicyFeature
 
     from lerobot_lang_nodes.training.configuration_lang_chunk import LangChunkConfig
@@ -113,7 +120,9 @@ def _config(info: DatasetInfo, *, chunk_size: int, n_action_steps: int, image_si
         height, width, _ = info.image_shape(camera)
         h, w = small_image_shape(height, width, image_size)
         inputs[IMAGE_PREFIX + camera] = PolicyFeature(FeatureType.VISUAL, (3, h, w))
-    extra = {'optimizer_lr': lr} if lr else {}
+    extra: dict[str, Any] = {'optimizer_lr': lr} if lr else {}
+    if keypoints:
+        extra.update(image_keypoints=True, conv_strides=[2, 2, 2, 1])
     try:
         return LangChunkConfig(
             device=device, chunk_size=chunk_size, n_action_steps=n_action_steps,
@@ -173,20 +182,37 @@ class FrameCache:
     def __len__(self) -> int:
         return len(self.texts)
 
-    def batch(self, index: Any) -> dict[str, Any]:
-        """The raw (unnormalised) batch of the frames ``index``, as a dataloader gives it."""
+    def batch(self, index: Any, shift_pixels: int = 0, generator: Any = None) -> dict[str, Any]:
+        """The raw (unnormalised) batch of the frames ``index``, as a dataloader gives it;
+        images randomly shifted by up to ``shift_pixels`` when > 0 (training only)."""
         out: dict[str, Any] = {STATE_KEY: self.state[index], ACTION_KEY: self.action[index],
                                'action_is_pad': self.action_is_pad[index],
                                'task': [self.texts[int(i)] for i in index]}
         for key in self.image_keys:
-            out[key] = self.images[key][index].to(out[STATE_KEY].dtype) / 255.0
+            images = self.images[key][index]
+            if shift_pixels > 0:
+                images = random_shift(images, shift_pixels, generator)
+            out[key] = images.to(out[STATE_KEY].dtype) / 255.0
         return out
+
+
+def random_shift(images: Any, pad: int, generator: Any = None) -> Any:
+    """(B, C, H, W) images each moved by a random whole-pixel offset in [-pad, pad] on both
+    axes; the uncovered border repeats the edge pixels."""
+    import torch
+    import torch.nn.functional as F  # noqa: N812 - the usual torch alias
+
+    b, _, h, w = images.shape
+    padded = F.pad(images.float(), (pad, pad, pad, pad), mode='replicate').to(images.dtype)
+    offsets = torch.randint(0, 2 * pad + 1, (b, 2), generator=generator)
+    return torch.stack([padded[i, :, y:y + h, x:x + w]
+                        for i, (y, x) in enumerate(offsets.tolist())])
 
 
 def _train(info: DatasetInfo, out: Path, *, steps: int, batch_size: int, seed: int,
            chunk_size: int, n_action_steps: int, image_size: int, instruction: str,
            lr: float | None, device: str, eval_frames: int, log_every: int,
-           t0: float) -> dict[str, Any]:
+           t0: float, keypoints: bool, shift_pixels: int) -> dict[str, Any]:
     import torch
 
     from lerobot.datasets.factory import resolve_delta_timestamps
@@ -198,7 +224,7 @@ def _train(info: DatasetInfo, out: Path, *, steps: int, batch_size: int, seed: i
     torch.manual_seed(seed)
     gen = torch.Generator().manual_seed(seed)
     config = _config(info, chunk_size=chunk_size, n_action_steps=n_action_steps,
-                     image_size=image_size, lr=lr, device=device)
+                     image_size=image_size, lr=lr, device=device, keypoints=keypoints)
     meta = LeRobotDatasetMetadata(REPO_ID, root=info.root)
     dataset = LeRobotDataset(REPO_ID, root=info.root,
                              delta_timestamps=resolve_delta_timestamps(config, meta),
@@ -235,7 +261,7 @@ def _train(info: DatasetInfo, out: Path, *, steps: int, batch_size: int, seed: i
         index = order[cursor:cursor + batch_size]
         cursor += batch_size
         policy.train()
-        loss, _ = policy.forward(preprocessor(cache.batch(index)))
+        loss, _ = policy.forward(preprocessor(cache.batch(index, shift_pixels, gen)))
         optimizer.zero_grad()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(policy.parameters(), optimizer_cfg.grad_clip_norm)
@@ -256,7 +282,8 @@ def _train(info: DatasetInfo, out: Path, *, steps: int, batch_size: int, seed: i
             cache.image_keys[0]].shape) if cache.image_keys else [],
         'instruction': instruction, 'instructions': sorted(set(cache.texts)),
         'steps': steps, 'batch_size': batch_size, 'seed': seed, 'chunk_size': chunk_size,
-        'n_action_steps': n_action_steps,
+        'n_action_steps': n_action_steps, 'image_keypoints': keypoints,
+        'shift_pixels': shift_pixels,
         'parameters': sum(p.numel() for p in policy.parameters()),
         'loss_start': loss_start, 'loss_end': loss_end,
         'train_loss_first': losses[0], 'train_loss_last': sum(losses[-10:]) / len(losses[-10:]),
@@ -299,6 +326,11 @@ def add_arguments(_name: str, p: argparse.ArgumentParser) -> None:
                    help='actions of each chunk the backend sends (default: the chunk size)')
     p.add_argument('--image-size', type=int, default=64,
                    help='longest image side the policy runs at (default 64)')
+    p.add_argument('--keypoints', action=argparse.BooleanOptionalAction, default=True,
+                   help='spatial-softmax keypoints on a 1/8-size feature map (default on; '
+                        '--no-keypoints: the plain pooled grid)')
+    p.add_argument('--shift-pixels', type=int, default=4,
+                   help='random image shift in pixels while training (default 4; 0 = off)')
     p.add_argument('--instruction', choices=INSTRUCTIONS, default='subtask',
                    help='condition on the active subtask (else the task), or the task only')
     p.add_argument('--lr', type=float, default=0.0, help='peak learning rate (default: the '
@@ -318,7 +350,8 @@ def run(_name: str, args: argparse.Namespace) -> int:
             seed=args.seed, chunk_size=args.chunk_size,
             n_action_steps=args.n_action_steps or None, image_size=args.image_size,
             instruction=args.instruction, lr=args.lr or None, device=args.device,
-            num_threads=args.threads, log_every=args.log_every)
+            num_threads=args.threads, log_every=args.log_every, keypoints=args.keypoints,
+            shift_pixels=args.shift_pixels)
     except (DatasetError, SettingsError) as exc:
         print(f'train-policy: {exc}', file=sys.stderr)
         return 2

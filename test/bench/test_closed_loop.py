@@ -75,6 +75,14 @@ def test_trained_checkpoints_load_through_the_backends_and_drive_the_graph(loop)
     for model in ('policy', 'planner'):
         assert (work / trained[model]['path'] / 'model.safetensors').is_file()
         assert trained[model]['loss_end'] < trained[model]['loss_start']
+    assert trained['policy']['image_keypoints'] and trained['policy']['shift_pixels'] == 4
+    # The planner learned to answer from where the task stands, seeing both cameras, and the
+    # deployed planner is pointed at exactly that wording.
+    params = trained['planner']['planner_parameters']
+    assert params['image_cameras'] == ['front', 'wrist']
+    assert trained['planner']['vision_size'] == 64
+    assert 'Current subtask: {subtask}' in (work / trained['planner']['path']
+                                            / 'prompts.yaml').read_text()
     deployed = json.loads((work / 'deploy.json').read_text())
     collected = json.loads((work / 'collect.json').read_text())
     assert not ({s['seed'] for s in collected['scenes']}

@@ -90,3 +90,17 @@ def test_shipped_prompts_file_adds_the_plan_line():
     assert prompts.subtask_messages('put the red cube in the bowl', 'put the blue cube in the '
                                     'bowl', templates=t)[0]['content'] == \
         'put the red cube in the bowl\nPlan: put the blue cube in the bowl'
+
+
+def test_the_stateful_prompts_file_quotes_where_the_task_stands():
+    """config/prompts_stateful.yaml (the closed loop's planner wording) asks "is the active
+    subtask done?": task first (the scripted planner reads the first line), then plan, memory
+    and the active subtask, each left out while empty."""
+    from lerobot_lang_nodes import paths
+    t = prompts.load_templates(paths.config_path('prompts_stateful.yaml'))
+    task = 'put the red cube in the bowl'
+    assert prompts.subtask_messages(task, templates=t) == prompts.subtask_messages(task)
+    text = prompts.subtask_messages(task, task, 'red cube found', 'reach the red cube',
+                                    templates=t)[0]['content']
+    assert text.splitlines() == [task, f'Plan: {task}', 'Memory: red cube found',
+                                 'Current subtask: reach the red cube']
