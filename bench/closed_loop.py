@@ -75,7 +75,8 @@ BASELINE = 'scripted_planner+scripted_policy'
 PRESETS: dict[str, dict[str, Any]] = {
     # Sized for the whole loop in under two hours on a 2-core CPU (see bench/README.md).
     'default': dict(scenes=24, interject_every=4, task_timeout=30.0, policy_steps=3000,
-                    policy_batch=32, planner_steps=300, planner_examples=256,
+                    policy_batch=32, planner_steps=300, planner_examples=384,
+                    planner_segment_frames=8,
                     planner_prompts='config/prompts_stateful.yaml', planner_vision=64,
                     planner_cameras='front,wrist', eval_episodes=12,
                     eval_timeout=30.0, curve='0.25,0.5', curve_eval_episodes=12,
@@ -83,8 +84,8 @@ PRESETS: dict[str, dict[str, Any]] = {
     # CI: every stage connects, in a few minutes; the numbers mean nothing.
     'ci': dict(scenes=1, interject_every=1, task_timeout=25.0, policy_steps=30,
                policy_batch=8, planner_steps=20, planner_examples=48,
-               planner_prompts='config/prompts_stateful.yaml', planner_vision=64,
-               planner_cameras='front,wrist', eval_episodes=1,
+               planner_segment_frames=8, planner_prompts='config/prompts_stateful.yaml',
+               planner_vision=64, planner_cameras='front,wrist', eval_episodes=1,
                eval_timeout=10.0, curve='', curve_eval_episodes=0, planner_eval_frames=24,
                configs=f'{BASELINE},learned_planner+learned_policy'),
 }
@@ -500,7 +501,8 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
         else []
     code, text, wall = run_cli(['lerobot_lang_nodes.training.planner', str(dataset), str(out),
                                 '--steps', str(args.planner_steps), '--max-examples',
-                                str(args.planner_examples), '--vision-size',
+                                str(args.planner_examples), '--frames-per-segment',
+                                str(args.planner_segment_frames), '--vision-size',
                                 str(args.planner_vision), '--cameras', args.planner_cameras,
                                 *prompts],
                                work / 'train_planner.log', 4 * 3600.0)
@@ -878,8 +880,12 @@ def markdown(s: dict[str, Any], figure: str) -> str:
     lines += [f'- {stage}: `{json.dumps(values)}`'
               for stage, values in (s['settings'] or {}).items()] + ['']
     if s['stage_wall_s']:
+        stages = s['stage_wall_s']
+        # Stages run one command each have no 'total'; their sum is the unattended run's time.
+        total = '' if 'total' in stages else (
+            f" (run stage by stage; sum {round(sum(stages.values()), 1)} s)")
         lines += ['Wall time per stage (s): ' + ', '.join(
-            f'{k} {v}' for k, v in s['stage_wall_s'].items()) + '.', '']
+            f'{k} {v}' for k, v in stages.items()) + total + '.', '']
     lines += ['## Data', '',
               f"Collection: {c['scenes']} scenes, {c['tasks_succeeded']}/{c['tasks_sent']} "
               f"tasks done by the scripted planner + expert ({c['interjections']} with an "
@@ -956,7 +962,8 @@ STAGE_FUNCTIONS = {'collect': collect, 'export': export, 'train': train, 'deploy
 STAGE_SETTINGS = {
     'collect': ('scenes', 'interject_every', 'task_timeout', 'collect_seed'),
     'train': ('policy_steps', 'policy_batch', 'planner_steps', 'planner_examples',
-              'planner_prompts', 'planner_vision', 'planner_cameras', 'curve'),
+              'planner_segment_frames', 'planner_prompts', 'planner_vision', 'planner_cameras',
+              'curve'),
     'deploy': ('eval_episodes', 'eval_timeout', 'curve_eval_episodes', 'planner_eval_frames',
                'configs', 'eval_seed'),
 }

@@ -50,6 +50,11 @@ class LangChunkConfig(PreTrainedConfig):
     # softmax keypoints, as robomimic and Diffusion Policy do): sub-cell positions, where the
     # pooled grid only says which cell. Off in checkpoints written before it existed.
     image_keypoints: bool = False
+    # Predict each chunk step as an offset from the current joint state (scaled by the spread
+    # of such offsets in the data) instead of an absolute target: a reach that must end within
+    # millimetres then needs a small correct offset, not one absolute angle out of the whole
+    # workspace's range. Needs the state and the action to be the same joints.
+    relative_actions: bool = False
     # The last feature map is average-pooled to this grid (rows, columns) and flattened, so the
     # head still knows where things are (which side the named cube is on).
     image_grid: list[int] = field(default_factory=lambda: [3, 4])
@@ -109,6 +114,11 @@ class LangChunkConfig(PreTrainedConfig):
         for key, ft in self.image_features.items():
             if len(ft.shape) != 3 or ft.shape[0] != 3:
                 raise ValueError(f'{key} has shape {tuple(ft.shape)}; expected (3, H, W)')
+        if self.relative_actions and (self.robot_state_feature.shape
+                                      != self.action_feature.shape):
+            raise ValueError(f'relative_actions needs the state and the action to be the same '
+                             f'joints; got {tuple(self.robot_state_feature.shape)} and '
+                             f'{tuple(self.action_feature.shape)}')
         names = self.action_feature_names
         if names is not None and len(names) != self.action_feature.shape[0]:
             raise ValueError(f'action_feature_names has {len(names)} names for an action of '

@@ -85,6 +85,13 @@ class LangChunkPolicy(PreTrainedPolicy):
         # Start from "no change": FiLM is the identity until the text learns to modulate.
         nn.init.zeros_(self.film.weight)
         nn.init.zeros_(self.film.bias)
+        if config.relative_actions:
+            # The normalisation statistics the processors apply (to turn the normalised state
+            # into the action's normalised units) and the spread of action - state; set by
+            # the trainer (set_action_reference), saved with the weights.
+            for name in ('state_mean', 'state_std', 'action_mean', 'action_std', 'offset_std'):
+                self.register_buffer(name, torch.zeros(self.n_actions) if 'mean' in name
+                                     else torch.ones(self.n_actions))
         self._queue: deque[Tensor] = deque()
 
     # --- LeRobot policy API ---------------------------------------------------------------
@@ -131,8 +138,25 @@ class LangChunkPolicy(PreTrainedPolicy):
             if self.config.image_keypoints:
                 features.append(spatial_keypoints(fmap))
             parts.append(proj(torch.cat(features, dim=1)))
-        out = self.head(torch.cat(parts, dim=1))
-        return out.view(n, self.config.chunk_size, self.n_actions)
+        out = self.head(torch.cat(parts, dim=1)).view(n, self.config.chunk_size, self.n_actions)
+        if self.config.relative_actions:
+            raw_state = state * self.state_std + self.state_mean
+            base = (raw_state - self.action_mean) / self.action_std
+            out = base[:, None, :] + out * (self.offset_std / self.action_std)
+        return out
+
+    def set_action_reference(self, state_mean: Tensor, state_std: Tensor, action_mean: Tensor,
+                             action_std: Tensor, offset_std: Tensor) -> None:
+        """The statistics ``relative_actions`` works with (unnormalised units)."""
+        if not self.config.relative_actions:
+            raise ValueError('set_action_reference is for a relative_actions policy')
+        for name, value in (('state_mean', state_mean), ('state_std', state_std),
+                            ('action_mean', action_mean), ('action_std', action_std),
+                            ('offset_std', offset_std)):
+            value = torch.as_tensor(value, dtype=torch.float32).reshape(self.n_actions)
+            if 'std' in name:
+                value = value.clamp_min(1e-6)
+            getattr(self, name).copy_(value)
 
     @torch.no_grad()
     def select_action(self, batch: dict[str, Tensor], **kwargs) -> Tensor:

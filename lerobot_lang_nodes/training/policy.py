@@ -68,7 +68,8 @@ def train_policy(dataset_dir: str | Path, output_dir: str | Path, *, steps: int 
                  n_action_steps: int | None = None, image_size: int = 64,
                  instruction: str = 'subtask', lr: float | None = None, device: str = 'cpu',
                  num_threads: int = 0, eval_frames: int = 256, log_every: int = 200,
-                 keypoints: bool = True, shift_pixels: int = 4) -> dict[str, Any]:
+                 keypoints: bool = True, shift_pixels: int = 4,
+                 relative_actions: bool = False) -> dict[str, Any]:
     """Train `lang_chunk` on the dataset in ``dataset_dir``; save it to ``output_dir``.
 
     ``image_size`` is the longest image side the policy runs at; ``instruction`` 'subtask'
@@ -78,6 +79,8 @@ def train_policy(dataset_dir: str | Path, output_dir: str | Path, *, steps: int 
     image (else the plain 1/16 grid). ``shift_pixels`` > 0 shifts each training image by up to
     that many pixels (edge-padded random crop, per frame and camera; DrQ and Diffusion Policy
     train this way): a few dozen demonstrations otherwise let the model memorise pixels.
+    ``relative_actions`` predicts each step as an offset from the current state (the model's
+    ``relative_actions``).
     ``loss_start`` / ``loss_end`` in the summary are the loss on a fixed set of up to
     ``eval_frames`` frames, in eval mode, before the first and after the last step.
     Raises DatasetError (bad dataset or output folder) and SettingsError (bad settings).
@@ -103,14 +106,16 @@ def train_policy(dataset_dir: str | Path, output_dir: str | Path, *, steps: int 
                          chunk_size=chunk_size, n_action_steps=n_action_steps or chunk_size,
                          image_size=image_size, instruction=instruction, lr=lr, device=device,
                          eval_frames=eval_frames, log_every=log_every, t0=t0,
-                         keypoints=keypoints, shift_pixels=shift_pixels)
+                         keypoints=keypoints, shift_pixels=shift_pixels,
+                         relative_actions=relative_actions)
     finally:
         torch.set_num_threads(threads)
     return summary
 
 
 def _config(info: DatasetInfo, *, chunk_size: int, n_action_steps: int, image_size: int,
-            lr: float | None, device: str, keypoints: bool = False) -> Any:
+            lr: float | None, device: str, keypoints: bool = False,
+            relative_actions: bool = False) -> Any:
     from lerobot.configs import FeatureType, PolicyFeature
 
     from lerobot_lang_nodes.training.configuration_lang_chunk import LangChunkConfig
@@ -123,6 +128,8 @@ def _config(info: DatasetInfo, *, chunk_size: int, n_action_steps: int, image_si
     extra: dict[str, Any] = {'optimizer_lr': lr} if lr else {}
     if keypoints:
         extra.update(image_keypoints=True, conv_strides=[2, 2, 2, 1])
+    if relative_actions:
+        extra['relative_actions'] = True
     try:
         return LangChunkConfig(
             device=device, chunk_size=chunk_size, n_action_steps=n_action_steps,
@@ -182,6 +189,12 @@ class FrameCache:
     def __len__(self) -> int:
         return len(self.texts)
 
+    def offset_std(self) -> Any:
+        """Per joint, the spread of (action at t + k) - (state at t) over every frame and
+        chunk step that is not padding."""
+        offsets = self.action - self.state[:, None, :]
+        return offsets[~self.action_is_pad].std(dim=0)
+
     def batch(self, index: Any, shift_pixels: int = 0, generator: Any = None) -> dict[str, Any]:
         """The raw (unnormalised) batch of the frames ``index``, as a dataloader gives it;
         images randomly shifted by up to ``shift_pixels`` when > 0 (training only)."""
@@ -212,7 +225,8 @@ def random_shift(images: Any, pad: int, generator: Any = None) -> Any:
 def _train(info: DatasetInfo, out: Path, *, steps: int, batch_size: int, seed: int,
            chunk_size: int, n_action_steps: int, image_size: int, instruction: str,
            lr: float | None, device: str, eval_frames: int, log_every: int,
-           t0: float, keypoints: bool, shift_pixels: int) -> dict[str, Any]:
+           t0: float, keypoints: bool, shift_pixels: int,
+           relative_actions: bool) -> dict[str, Any]:
     import torch
 
     from lerobot.datasets.factory import resolve_delta_timestamps
@@ -224,7 +238,8 @@ def _train(info: DatasetInfo, out: Path, *, steps: int, batch_size: int, seed: i
     torch.manual_seed(seed)
     gen = torch.Generator().manual_seed(seed)
     config = _config(info, chunk_size=chunk_size, n_action_steps=n_action_steps,
-                     image_size=image_size, lr=lr, device=device, keypoints=keypoints)
+                     image_size=image_size, lr=lr, device=device, keypoints=keypoints,
+                     relative_actions=relative_actions)
     meta = LeRobotDatasetMetadata(REPO_ID, root=info.root)
     dataset = LeRobotDataset(REPO_ID, root=info.root,
                              delta_timestamps=resolve_delta_timestamps(config, meta),
@@ -236,7 +251,13 @@ def _train(info: DatasetInfo, out: Path, *, steps: int, batch_size: int, seed: i
 
     preprocessor, postprocessor = make_pre_post_processors(config,
                                                            dataset_stats=dataset.meta.stats)
-    policy = LangChunkPolicy(config).to(device)
+    policy = LangChunkPolicy(config)
+    if relative_actions:
+        stats = dataset.meta.stats
+        policy.set_action_reference(stats[STATE_KEY]['mean'], stats[STATE_KEY]['std'],
+                                    stats[ACTION_KEY]['mean'], stats[ACTION_KEY]['std'],
+                                    cache.offset_std())
+    policy = policy.to(device)
     optimizer_cfg = config.get_optimizer_preset()
     optimizer = optimizer_cfg.build(policy.get_optim_params())
     scheduler = config.get_scheduler_preset().build(optimizer, steps)
@@ -283,7 +304,7 @@ def _train(info: DatasetInfo, out: Path, *, steps: int, batch_size: int, seed: i
         'instruction': instruction, 'instructions': sorted(set(cache.texts)),
         'steps': steps, 'batch_size': batch_size, 'seed': seed, 'chunk_size': chunk_size,
         'n_action_steps': n_action_steps, 'image_keypoints': keypoints,
-        'shift_pixels': shift_pixels,
+        'shift_pixels': shift_pixels, 'relative_actions': relative_actions,
         'parameters': sum(p.numel() for p in policy.parameters()),
         'loss_start': loss_start, 'loss_end': loss_end,
         'train_loss_first': losses[0], 'train_loss_last': sum(losses[-10:]) / len(losses[-10:]),
@@ -331,6 +352,8 @@ def add_arguments(_name: str, p: argparse.ArgumentParser) -> None:
                         '--no-keypoints: the plain pooled grid)')
     p.add_argument('--shift-pixels', type=int, default=4,
                    help='random image shift in pixels while training (default 4; 0 = off)')
+    p.add_argument('--relative-actions', action='store_true',
+                   help='predict each step as an offset from the current joint state')
     p.add_argument('--instruction', choices=INSTRUCTIONS, default='subtask',
                    help='condition on the active subtask (else the task), or the task only')
     p.add_argument('--lr', type=float, default=0.0, help='peak learning rate (default: the '
@@ -351,7 +374,7 @@ def run(_name: str, args: argparse.Namespace) -> int:
             n_action_steps=args.n_action_steps or None, image_size=args.image_size,
             instruction=args.instruction, lr=args.lr or None, device=args.device,
             num_threads=args.threads, log_every=args.log_every, keypoints=args.keypoints,
-            shift_pixels=args.shift_pixels)
+            shift_pixels=args.shift_pixels, relative_actions=args.relative_actions)
     except (DatasetError, SettingsError) as exc:
         print(f'train-policy: {exc}', file=sys.stderr)
         return 2

@@ -92,3 +92,56 @@ def test_conv_strides_must_match_the_conv_channels():
         LangChunkConfig(conv_channels=[16, 32], conv_strides=[2])
     with pytest.raises(ValueError, match='conv_strides'):
         LangChunkConfig(conv_channels=[16, 32], conv_strides=[2, 0])
+
+
+def test_a_relative_policy_predicts_offsets_from_the_current_state(tmp_path):
+    from lerobot.configs import FeatureType, PolicyFeature
+    from lerobot.configs.policies import PreTrainedConfig
+
+    from lerobot_lang_nodes.training.configuration_lang_chunk import LangChunkConfig
+    from lerobot_lang_nodes.training.modeling_lang_chunk import LangChunkPolicy
+
+    features = {'observation.state': PolicyFeature(FeatureType.STATE, (3,))}
+    action = {'action': PolicyFeature(FeatureType.ACTION, (3,))}
+    config = LangChunkConfig(input_features=features, output_features=action, chunk_size=4,
+                             n_action_steps=4, relative_actions=True)
+    policy = LangChunkPolicy(config).eval()
+    s_mean, s_std = torch.tensor([10.0, -5.0, 0.0]), torch.tensor([2.0, 4.0, 1.0])
+    a_mean, a_std = torch.tensor([12.0, -4.0, 1.0]), torch.tensor([3.0, 5.0, 2.0])
+    policy.set_action_reference(s_mean, s_std, a_mean, a_std, torch.tensor([0.5, 1.0, 0.1]))
+    raw_state = torch.tensor([[14.0, -1.0, 0.5]])
+    batch = {'observation.state': (raw_state - s_mean) / s_std, 'task': ['reach the red cube']}
+    # A head that outputs zero offsets: every step of the chunk is the current state.
+    last = policy.head[-1]
+    torch.nn.init.zeros_(last.weight)
+    torch.nn.init.zeros_(last.bias)
+    with torch.no_grad():
+        chunk = policy.predict_action_chunk(batch) * a_std + a_mean
+    assert torch.allclose(chunk, raw_state.expand(4, 3)[None], atol=1e-5)
+    # An output of one is one offset_std from the state, per joint.
+    torch.nn.init.ones_(last.bias)
+    with torch.no_grad():
+        chunk = policy.predict_action_chunk(batch) * a_std + a_mean
+    assert torch.allclose(chunk[0, 0], raw_state[0] + torch.tensor([0.5, 1.0, 0.1]), atol=1e-5)
+    # The reference travels with the weights.
+    policy.save_pretrained(tmp_path)
+    loaded = LangChunkPolicy.from_pretrained(tmp_path,
+                                             config=PreTrainedConfig.from_pretrained(tmp_path))
+    assert torch.equal(loaded.offset_std, policy.offset_std)
+    assert torch.equal(loaded.state_mean, s_mean)
+    with torch.no_grad():
+        assert torch.allclose(loaded.eval().predict_action_chunk(batch) * a_std + a_mean, chunk)
+
+
+def test_relative_actions_need_the_state_and_the_action_to_be_the_same_joints():
+    from lerobot.configs import FeatureType, PolicyFeature
+
+    from lerobot_lang_nodes.training.configuration_lang_chunk import LangChunkConfig
+    from lerobot_lang_nodes.training.modeling_lang_chunk import LangChunkPolicy
+
+    config = LangChunkConfig(
+        input_features={'observation.state': PolicyFeature(FeatureType.STATE, (16,))},
+        output_features={'action': PolicyFeature(FeatureType.ACTION, (12,))},
+        relative_actions=True)
+    with pytest.raises(ValueError, match='same joints'):
+        LangChunkPolicy(config)
