@@ -130,6 +130,18 @@ def test_a_missing_or_incomplete_dataset_folder_is_a_clear_error(trainer, tmp_pa
     assert not (tmp_path / 'out').exists()
 
 
+@pytest.mark.parametrize('trainer, argv, message', [
+    (policy_training, ['--shift-pixels', '-1'], 'shift_pixels must be >= 0'),
+    (planner_training, ['--vision-size', '48'], 'vision_size must be a multiple of 32'),
+])
+def test_bad_image_settings_are_refused_before_any_work(trainer, argv, message, tmp_path,
+                                                        capsys):
+    assert trainer.main([str(tmp_path / 'no_such_dataset'), str(tmp_path / 'out'),
+                         *argv]) == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / 'out').exists()
+
+
 def _fake_dataset(root: Path, names: list[str]) -> Path:
     """The layout and info.json of a dataset, without data (enough for the checks)."""
     for d in ('meta/episodes', 'data'):
