@@ -68,6 +68,12 @@ class GoalWrite:
     # the freshly read position clamped against (the horn moves on between read and write).
     read_present: int | None = None
 
+    def step_from_present(self) -> int:
+        """How far (steps) the goal is from the position a clamping driver may have clamped
+        to: the nearer of Present_Position at the write and at the driver's last read."""
+        read = self.present if self.read_present is None else self.read_present
+        return min(abs(self.goal - self.present), abs(self.goal - read))
+
 
 @dataclass
 class _Fault:

@@ -292,8 +292,7 @@ def test_malformed_chunks_and_jumps_never_reach_the_servos_unsafely(arm_target, 
     limit_steps = MAX_REL / RAD_PER_STEP + 2  # rounding to whole steps
     # The driver clamps to the position it read in that cycle; under load the emulated horn
     # moves on for a while before the write lands, so a write is judged against that read.
-    unsafe = [w for w in writes if min(abs(w.goal - w.present), abs(
-              w.goal - (w.present if w.read_present is None else w.read_present))) > limit_steps
+    unsafe = [w for w in writes if w.step_from_present() > limit_steps
               or not (t.units.min_steps[w.servo_id - 1] <= w.goal
                       <= t.units.max_steps[w.servo_id - 1])]
     assert not unsafe, unsafe[:3]

@@ -83,9 +83,7 @@ def assert_goals_within_clamp(arm: Rig, since: float) -> None:
     assert writes, 'the emulator logged no goal write at all'
     # Judged against the position the driver read in that cycle as well as the one when the
     # write landed (the emulated horn moves on in between, more so on a loaded machine).
-    bad = [w for w in writes if min(abs(w.goal - w.present), abs(
-           w.goal - (w.present if w.read_present is None else w.read_present)))
-           > MAX_REL_STEPS + SLACK_STEPS]
+    bad = [w for w in writes if w.step_from_present() > MAX_REL_STEPS + SLACK_STEPS]
     assert not bad, f'goal writes beyond max_relative_target ({MAX_REL_STEPS:.0f} steps): ' \
                     f'{bad[:5]}'
     assert any(w.servo_id == PAN and w.stamp > since for w in writes), \
