@@ -319,6 +319,12 @@ class Exporter:
                               'mismatched names / sizes)')
 
     def _contexts(self, s: Session, contexts: list) -> None:
+        # With a planner's context in the bags, tasks (episode cuts and the task column) follow
+        # it rather than the operator's /task message: the message comes a planner step before
+        # the context that clears the old subtask and memory, and an episode cut at it would
+        # start with a frame that holds the new task but the old task's language.
+        if any(msg.task for _, msg in contexts):
+            s.tasks.clear()
         prev = {'subtask': '', 'plan': '', 'memory': '', 'task': ''}
         for t, msg in contexts:
             for style in ('subtask', 'plan', 'memory'):

@@ -18,6 +18,7 @@ TOPICS = {
     '/joint_states': 'sensor_msgs/msg/JointState',
     '/action_chunk': 'lerobot_lang_msgs/msg/ActionChunk',
     '/language_context': 'lerobot_lang_msgs/msg/LanguageContext',
+    '/task': 'std_msgs/msg/String',
     '/interjection': 'std_msgs/msg/String',
     '/speech': 'std_msgs/msg/String',
     '/vqa_log': 'std_msgs/msg/String',

@@ -170,6 +170,33 @@ def test_episodes_by_outcome_in_lerobot_units(tmp_path):
     assert tasks == {'put the red cube in the bowl', 'put the blue cube in the bowl'}
 
 
+def test_a_new_episode_starts_with_the_planner_context_of_its_task(tmp_path):
+    # The operator's /task comes a planner step before the planner's context for it (which
+    # clears the old subtask and memory). An episode cut at the /task message would open on
+    # a frame with the new task and the old task's language; cut at the context it does not.
+    session = standard_session(duration_s=4.0)
+    session.outcome(T0 + 2.01, 'put the red cube in the bowl', True)
+    blue = 'put the blue cube in the bowl'
+    session.string(T0 + 2.90, '/task', blue)
+    session.context(T0 + 2.99, blue, '', '', '', 2)
+    session.context(T0 + 3.06, blue, 'reach the blue cube', '', blue, 3)
+    bag = session.write(tmp_path / 'bags', storage='mcap')
+    result = export([bag], tmp_path / 'ds',
+                    ExportOptions(fps=FPS, repo_id='test/cut', episodes_by='outcome',
+                                  min_episode_s=0.5))
+    rows = _rows(result.root)
+    second = [r for r in rows if r['episode_index'] == 1]
+    assert second and all(r['task_index'] == second[0]['task_index'] for r in second)
+    persistent = second[0]['language_persistent']
+    assert [(r['style'], r['content']) for r in persistent if r['style'] == 'subtask'] == [
+        ('subtask', 'reach the blue cube')]
+    assert not [r for r in persistent if 'red' in (r['content'] or '')]
+    first = min(float(r['timestamp']) for r in persistent)
+    assert first > float(second[0]['timestamp'])  # nothing active at the first frame
+    ds = _load(result.root, 'test/cut')
+    assert ds[len(rows) - len(second)]['task'] == blue
+
+
 def _no_leftovers(parent: Path) -> None:
     assert not [p for p in parent.iterdir() if '.partial-' in p.name]
 
