@@ -75,17 +75,21 @@ BASELINE = 'scripted_planner+scripted_policy'
 PRESETS: dict[str, dict[str, Any]] = {
     # Sized for the whole loop in under two hours on a 2-core CPU (see bench/README.md).
     'default': dict(scenes=24, interject_every=4, task_timeout=30.0, policy_steps=3000,
-                    policy_batch=32, planner_steps=300, planner_examples=384,
-                    planner_segment_frames=8,
-                    planner_prompts='config/prompts_stateful.yaml', planner_vision=64,
+                    policy_batch=32, planner_steps=300, planner_examples=512,
+                    planner_segment_frames=8, planner_change_frames=0,
+                    planner_confirmations=1, planner_prompts='config/prompts_stateful.yaml',
+                    planner_vision=64,
                     planner_cameras='front,wrist', eval_episodes=12,
                     eval_timeout=30.0, curve='0.25,0.5', curve_eval_episodes=12,
                     planner_eval_frames=400, configs=','.join(CONFIGS)),
-    # CI: every stage connects, in a few minutes; the numbers mean nothing.
+    # CI: every stage connects, in a few minutes; the numbers mean nothing. The planner's
+    # change frames and confirmations are on, so their code paths run end to end.
     'ci': dict(scenes=1, interject_every=1, task_timeout=25.0, policy_steps=30,
                policy_batch=8, planner_steps=20, planner_examples=48,
-               planner_segment_frames=8, planner_prompts='config/prompts_stateful.yaml',
-               planner_vision=64, planner_cameras='front,wrist', eval_episodes=1,
+               planner_segment_frames=8, planner_change_frames=4,
+               planner_confirmations=2, planner_prompts='config/prompts_stateful.yaml',
+               planner_vision=64,
+               planner_cameras='front,wrist', eval_episodes=1,
                eval_timeout=10.0, curve='', curve_eval_episodes=0, planner_eval_frames=24,
                configs=f'{BASELINE},learned_planner+learned_policy'),
 }
@@ -502,7 +506,8 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
     code, text, wall = run_cli(['lerobot_lang_nodes.training.planner', str(dataset), str(out),
                                 '--steps', str(args.planner_steps), '--max-examples',
                                 str(args.planner_examples), '--frames-per-segment',
-                                str(args.planner_segment_frames), '--vision-size',
+                                str(args.planner_segment_frames), '--change-frames',
+                                str(args.planner_change_frames), '--vision-size',
                                 str(args.planner_vision), '--cameras', args.planner_cameras,
                                 *prompts],
                                work / 'train_planner.log', 4 * 3600.0)
@@ -510,8 +515,8 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
         raise SystemExit(f'train-planner failed ({code}): {text[-2000:]}')
     summary = json.loads((out / 'training_summary.json').read_text())
     report['planner'] = {**{k: summary.get(k) for k in (
-        'frames', 'frames_used', 'episodes', 'examples', 'subtasks', 'steps', 'vision_size',
-        'loss_start',
+        'frames', 'frames_used', 'episodes', 'examples', 'subtask_examples_moving_on',
+        'subtasks', 'steps', 'vision_size', 'loss_start',
         'loss_end', 'checked', 'exact_matches', 'load_s', 'train_s', 'wall_s')},
         'planner_parameters': summary['planner_parameters'], 'command_wall_s': wall,
         'path': str(out.relative_to(work))}
@@ -554,7 +559,8 @@ def eval_plan(args: argparse.Namespace, n: int) -> list[tuple[int, str]]:
 
 
 def config_overrides(name: str, work: Path, trained: dict[str, Any],
-                     policy_dir: str = '') -> list[tuple[str, str, Any]]:
+                     policy_dir: str = '', confirmations: int = 1
+                     ) -> list[tuple[str, str, Any]]:
     learned_planner, learned_policy = CONFIGS.get(name, (False, True))
     out: list[tuple[str, str, Any]] = []
     if learned_planner:
@@ -566,6 +572,7 @@ def config_overrides(name: str, work: Path, trained: dict[str, Any],
                 ('planner', 'image_size', int(p['image_size'])),
                 ('planner', 'prompts_file', str((work / trained['planner']['path']
                                                  / 'prompts.yaml').resolve())),
+                ('planner', 'subtask_confirmations', confirmations),
                 ('planner', 'device', 'cpu')]
     if learned_policy:
         path = policy_dir or trained['policy']['path']
@@ -626,9 +633,16 @@ def latency_figures(diagnostics: dict[str, dict[str, str]]) -> dict[str, Any]:
 
 def score_planner(model_dir: Path, params: dict[str, Any], dataset: Path,
                   max_frames: int) -> dict[str, Any]:
-    """The learned planner's subtask at sampled frames of a held-out dataset against the
-    scripted planner's subtask active at that frame (the `transformers` backend itself, on
-    the prompts the planner node sends: training/planner.py's subtask turn)."""
+    """The learned planner's subtask at frames of a held-out dataset against the scripted
+    planner's subtask active at that frame (the `transformers` backend itself, on the prompts
+    the planner node sends: training/planner.py's subtask turn).
+
+    Three sets of frames: up to ``max_frames`` spread over the dataset (the frame-by-frame
+    accuracy); every frame where the scripted subtask changes (the answer must move on); and
+    the frame before each of those (the answer must stay: the old subtask is not done yet).
+    Sampled frames are mostly stretches of one subtask, so the last two say what the first
+    hides: whether the planner moves on when it should, and not before.
+    """
     from types import SimpleNamespace
 
     import torch
@@ -636,19 +650,23 @@ def score_planner(model_dir: Path, params: dict[str, Any], dataset: Path,
 
     from lerobot_lang_nodes.backends.planners.transformers_planner import TransformersPlanner
     from lerobot_lang_nodes.core import prompts
-    from lerobot_lang_nodes.training.data import IMAGE_PREFIX, language_at
+    from lerobot_lang_nodes.training.data import IMAGE_PREFIX
     from lerobot_lang_nodes.training.planner import read_frames, subtask_candidates
 
     templates = prompts.load_templates(Path(params['prompts_file']), None)
     ds = LeRobotDataset(REPO_ID, root=dataset, video_backend='pyav')
     frames = read_frames(ds)
     # Every frame with a task and an active subtask (one segment per frame).
-    candidates = subtask_candidates(frames, templates, frames_per_segment=10**9)
-    if len(candidates) > max_frames:
-        step = (len(candidates) - 1) / (max_frames - 1)
-        candidates = [candidates[round(i * step)] for i in range(max_frames)]
-    label = {f.index: language_at(f.persistent, f.timestamp).subtask for f in frames}
+    every = subtask_candidates(frames, templates, frames_per_segment=10**9)
+    sampled = every
+    if len(every) > max_frames:
+        step = (len(every) - 1) / (max_frames - 1)
+        sampled = [every[round(i * step)] for i in range(max_frames)]
     episode = {f.index: f.episode for f in frames}
+    changes = [k for k, c in enumerate(every) if c.moves_on]
+    before = [every[k - 1] for k in changes
+              if k > 0 and every[k - 1].frame == every[k].frame - 1
+              and episode[every[k - 1].frame] == episode[every[k].frame]]
     cameras = tuple(params['image_cameras'])
     planner = TransformersPlanner(SimpleNamespace(
         model_path=str(model_dir), model_kind='vlm', gguf_file='', device='cpu',
@@ -656,36 +674,49 @@ def score_planner(model_dir: Path, params: dict[str, Any], dataset: Path,
         max_new_tokens=48, generation_timeout_s=0.0, system_prompt='',
         prompts_file=params['prompts_file'], candidates=(), candidates_file='',
         min_new_tokens=0, temperature=0.0, top_p=1.0))
-    rows, latencies = [], []
-    try:
-        for cand in candidates:
+    answers: dict[tuple[int, str], str] = {}
+    latencies = []
+
+    def answer(cand: Any) -> dict[str, Any]:
+        key = (cand.frame, json.dumps(cand.messages, sort_keys=True))
+        if key not in answers:
             item = ds[cand.frame]
             images = {c: (item[IMAGE_PREFIX + c].clamp(0, 1) * 255).round().to(torch.uint8)
                       .permute(1, 2, 0).contiguous().numpy() for c in cameras}
             t0 = time.monotonic()
-            answer = planner.generate('subtask', cand.messages, {'images': images})
+            answers[key] = planner.generate('subtask', cand.messages, {'images': images})
             latencies.append(time.monotonic() - t0)
-            i = cand.frame
-            change = episode.get(i - 1) == episode[i] and label.get(i - 1) != label[i]
-            rows.append({'frame': i, 'episode': episode[i], 'label': cand.target,
-                         'predicted': answer, 'right': answer == cand.target,
-                         'change': bool(change)})
+        predicted = answers[key]
+        return {'frame': cand.frame, 'episode': episode[cand.frame], 'label': cand.target,
+                'predicted': predicted, 'right': predicted == cand.target,
+                'change': cand.moves_on}
+
+    try:
+        rows = [answer(c) for c in sampled]
+        at_changes = [answer(every[k]) for k in changes]
+        before_changes = [answer(c) for c in before]
     finally:
         planner.close()
-    right = [r['right'] for r in rows]
-    changes = [r['right'] for r in rows if r['change']]
-    wrong: dict[str, int] = {}
-    for r in rows:
-        if not r['right']:
-            key = f"{r['label']} -> {r['predicted']}"
-            wrong[key] = wrong.get(key, 0) + 1
+
+    def rate(group: list[dict[str, Any]]) -> float | None:
+        return round(sum(r['right'] for r in group) / len(group), 4) if group else None
+
+    def top_errors(group: list[dict[str, Any]]) -> dict[str, int]:
+        wrong: dict[str, int] = {}
+        for r in group:
+            if not r['right']:
+                key = f"{r['label']} -> {r['predicted']}"
+                wrong[key] = wrong.get(key, 0) + 1
+        return dict(sorted(wrong.items(), key=lambda kv: -kv[1])[:8])
+
     return {'frames_scored': len(rows), 'frames_in_dataset': len(frames),
-            'accuracy': round(sum(right) / len(right), 4) if right else None,
-            'change_frames': len(changes),
-            'accuracy_at_changes': round(sum(changes) / len(changes), 4) if changes else None,
+            'accuracy': rate(rows),
+            'change_frames': len(at_changes), 'accuracy_at_changes': rate(at_changes),
+            'before_change_frames': len(before_changes),
+            'accuracy_before_changes': rate(before_changes),
             'latency_ms': {'p50': round(1000 * statistics.median(latencies), 1),
                            'max': round(1000 * max(latencies), 1)} if latencies else None,
-            'top_errors': dict(sorted(wrong.items(), key=lambda kv: -kv[1])[:8])}
+            'top_errors': top_errors(rows), 'top_errors_at_changes': top_errors(at_changes)}
 
 
 def policy_heldout_loss(model_dir: Path, dataset: Path, max_frames: int = 256) -> float:
@@ -767,8 +798,9 @@ def deploy(args: argparse.Namespace) -> dict[str, Any]:
         record = work / 'deploy' / 'heldout_bags' if name == BASELINE else None
         if record is not None and record.exists():
             shutil.rmtree(record)
-        report['configs'][name] = deploy_one(args, name, config_overrides(name, work, trained),
-                                             plan, record_dir=record)
+        overrides = config_overrides(name, work, trained,
+                                     confirmations=args.planner_confirmations)
+        report['configs'][name] = deploy_one(args, name, overrides, plan, record_dir=record)
     curve_plan = eval_plan(args, args.curve_eval_episodes)
     report['curve'] = []
     for point in trained.get('curve', []):
@@ -935,13 +967,18 @@ def markdown(s: dict[str, Any], figure: str) -> str:
         lines += ['', '## Learned planner against the scripted one, frame by frame', '',
                   f"On {a['frames_scored']} frames sampled from the exported held-out run of "
                   f"the scripted graph ({a['frames_in_dataset']} frames): subtask accuracy "
-                  f"**{_pct(a['accuracy'])}**; at the {a['change_frames']} sampled frames where "
-                  f"the scripted subtask changes: {_pct(a['accuracy_at_changes'])}. "
+                  f"**{_pct(a['accuracy'])}**. At all {a['change_frames']} frames where the "
+                  "scripted subtask changes (the answer must move on): "
+                  f"**{_pct(a['accuracy_at_changes'])}**; at the frame before each "
+                  f"(it must not yet): {_pct(a.get('accuracy_before_changes'))}. "
                   f"Generation latency p50 {a['latency_ms']['p50']} ms (max "
                   f"{a['latency_ms']['max']} ms) on this CPU.", '']
         if a['top_errors']:
             lines += ['Most frequent errors (scripted -> learned): ' + '; '.join(
                 f'`{k}` x{v}' for k, v in a['top_errors'].items()) + '.']
+        if a.get('top_errors_at_changes'):
+            lines += ['', 'At the changes: ' + '; '.join(
+                f'`{k}` x{v}' for k, v in a['top_errors_at_changes'].items()) + '.']
     lines += ['', '## Success against training episodes', '',
               ', '.join(f"{p['episodes']} episodes: {_pct(p['success_rate'])}"
                         for p in s['curve']) or 'no curve (no subsets trained)', '', figure,
@@ -962,10 +999,11 @@ STAGE_FUNCTIONS = {'collect': collect, 'export': export, 'train': train, 'deploy
 STAGE_SETTINGS = {
     'collect': ('scenes', 'interject_every', 'task_timeout', 'collect_seed'),
     'train': ('policy_steps', 'policy_batch', 'planner_steps', 'planner_examples',
-              'planner_segment_frames', 'planner_prompts', 'planner_vision', 'planner_cameras',
+              'planner_segment_frames', 'planner_change_frames', 'planner_prompts',
+              'planner_vision', 'planner_cameras',
               'curve'),
     'deploy': ('eval_episodes', 'eval_timeout', 'curve_eval_episodes', 'planner_eval_frames',
-               'configs', 'eval_seed'),
+               'planner_confirmations', 'configs', 'eval_seed'),
 }
 
 

@@ -27,7 +27,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from . import prompts
 from .errors import config_error
-from .language import LanguageState, RegenThrottle, split_say
+from .language import LanguageSnapshot, LanguageState, RegenThrottle, split_say
 
 logger = logging.getLogger(__name__)
 
@@ -50,6 +50,10 @@ class HighLevelConfig:
 
     chunks_per_regen: int = 1
     high_level_hz: float = 1.0
+    # Looks in a row that must answer the same new subtask before the planner leaves the
+    # current one (1 = at the first). A model that moves on too early now and then on single
+    # frames does so far less often when it must agree with itself on the next frames.
+    subtask_confirmations: int = 1
     enable_memory: bool = True
     direct_subtask: bool = False
     min_new_tokens: int = 0
@@ -59,6 +63,11 @@ class HighLevelConfig:
     def __post_init__(self) -> None:
         # RegenThrottle validates chunks_per_regen and high_level_hz with the same messages.
         RegenThrottle(self.chunks_per_regen, self.high_level_hz)
+        if isinstance(self.subtask_confirmations, bool) \
+                or not isinstance(self.subtask_confirmations, int) \
+                or self.subtask_confirmations < 1:
+            raise config_error('subtask_confirmations', self.subtask_confirmations,
+                               'an integer >= 1', 'use 1 to move on at the first answer')
         if isinstance(self.min_new_tokens, bool) or not isinstance(self.min_new_tokens, int) \
                 or self.min_new_tokens < 0:
             raise config_error('min_new_tokens', self.min_new_tokens, 'an integer >= 0')
@@ -91,6 +100,9 @@ class HighLevelPlanner:
         self.discarded: dict[str, int] = {}  # generations dropped because the context moved
         self.last_raw: dict[str, str] = {}
         self.last_outcome = ''
+        self.unconfirmed = 0  # looks whose new subtask awaited confirmation
+        # (revision, new subtask, looks in a row that answered it) under subtask_confirmations
+        self._pending: tuple[int, str, int] | None = None
         self._direct = self.cfg.direct_subtask
         self._gen_lock = threading.RLock()
         # (what the generator saw, time) at the first boundary not yet answered: its look
@@ -166,7 +178,8 @@ class HighLevelPlanner:
         ``flush``: the regeneration answers an operator's interjection, so a changed subtask
         is an operator change (executors drop the queued actions); otherwise it is the
         planner's own progression and queued actions keep running.
-        Returns 'changed', 'repeat', 'empty', 'failed', 'stale' or 'skipped' (no task).
+        Returns 'changed', 'repeat', 'empty', 'failed', 'stale', 'unconfirmed' (a new subtask
+        still short of ``subtask_confirmations`` looks in a row) or 'skipped' (no task).
         """
         self.throttle.mark(now_s)
         self._waiting = None  # the pending boundary is answered
@@ -181,6 +194,10 @@ class HighLevelPlanner:
             if text is None:
                 self.last_outcome = 'failed'
                 return self.last_outcome
+            if not flush and not self._confirmed(snap, text):
+                self.unconfirmed += 1
+                self.last_outcome = 'unconfirmed'
+                return self.last_outcome
             outcome = self.state.set_subtask(text, source='planner',
                                              expected_revision=snap.revision,
                                              flush=True if flush else None)
@@ -192,6 +209,26 @@ class HighLevelPlanner:
                 self._regenerate_memory(observation)
             self.last_outcome = outcome
             return outcome
+
+    def _confirmed(self, snap: LanguageSnapshot, text: str) -> bool:
+        """Whether a generated subtask may replace the current one (subtask_confirmations).
+
+        A task's first subtask, a repeat and an empty answer pass at once; a new subtask
+        must be the answer of ``subtask_confirmations`` looks in a row within one revision.
+        An operator's change (flush) never waits: it does not come through here.
+        """
+        text = (text or '').strip()
+        need = self.cfg.subtask_confirmations
+        if need <= 1 or not snap.subtask or not text or text == snap.subtask:
+            self._pending = None
+            return True
+        pending = self._pending
+        count = pending[2] + 1 if pending and pending[:2] == (snap.revision, text) else 1
+        if count >= need:
+            self._pending = None
+            return True
+        self._pending = (snap.revision, text, count)
+        return False
 
     def _regenerate_memory(self, observation: Mapping | None) -> None:
         snap = self.state.snapshot()
@@ -286,7 +323,8 @@ class HighLevelPlanner:
         """
         with self.state.lock:
             out: dict[str, Any] = {'repeats': self.state.repeats,
-                                   'total_repeats': self.state.total_repeats}
+                                   'total_repeats': self.state.total_repeats,
+                                   'unconfirmed_subtasks': self.unconfirmed}
             tables = {'empty': dict(self.state.empty)}
         tables.update(failures=self.failures, timeouts=self.timeouts, discarded=self.discarded)
         for name, table in tables.items():

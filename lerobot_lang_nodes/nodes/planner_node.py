@@ -108,6 +108,11 @@ class PlannerConfig:
         'choices': ('refill', 'chunk')})
     high_level_hz: float = field(default=1.0, metadata={
         'doc': 'Regenerate the subtask at most this often (Hz).', 'range': (0.01, 100.0)})
+    subtask_confirmations: int = field(default=1, metadata={
+        'doc': 'Looks in a row that must answer the same new subtask before the planner '
+               'leaves the current one (1 = at the first answer). For a model that now and '
+               'then moves on too early on a single frame; operator changes never wait.',
+        'range': (1, 20)})
     subtask_change_flushes: bool = field(default=False, metadata={
         'doc': 'Publish every revision as an operator change (flush_revision = revision), so '
                'each planner subtask change flushes the executor queue: the rule before '
@@ -204,6 +209,7 @@ class PlannerNode(Node):
         self.generator = _LazyBackend()
         hl_cfg = HighLevelConfig(chunks_per_regen=self.cfg.chunks_per_regen,
                                  high_level_hz=self.cfg.high_level_hz,
+                                 subtask_confirmations=self.cfg.subtask_confirmations,
                                  enable_memory=self.cfg.enable_memory,
                                  direct_subtask=self.cfg.direct_subtask,
                                  min_new_tokens=self.cfg.min_new_tokens,

@@ -76,6 +76,7 @@ class Candidate:
     messages: list[dict]
     target: str
     frame: int  # dataset index whose images go with it (-1: no images)
+    moves_on: bool = False  # a subtask turn whose answer is not the quoted current subtask
 
 
 @dataclass(frozen=True)
@@ -135,12 +136,21 @@ def task_start_episodes(frames: Sequence[Frame]) -> set[int]:
 
 
 def subtask_candidates(frames: Sequence[Frame], templates: Any,
-                       frames_per_segment: int) -> list[Candidate]:
-    """The subtask turn at every frame, grouped into segments and spread (module doc)."""
+                       frames_per_segment: int, change_frames: int = 0) -> list[Candidate]:
+    """The subtask turn at every frame, grouped into segments and spread (module doc).
+
+    ``change_frames`` > 0 adds, for each subtask change, up to that many frames spread over the
+    first half of the new subtask's stretch, each with the prompt of the change frame (the old
+    subtask and memory still quoted) and the new subtask as the answer: what a planner that
+    has not moved on yet must answer once the old subtask is visibly done. Without them each
+    change is one frame against ``frames_per_segment`` frames of "stay", and a model learns to
+    keep the current subtask (module doc).
+    """
     from lerobot_lang_nodes.core import prompts
 
     starts = task_start_episodes(frames)
     keyed: list[tuple[Frame, tuple, Candidate]] = []
+    changes: list[int] = []  # positions in keyed of frames whose answer differs from the quote
     prev: Frame | None = None
     for frame in frames:
         before = prev if prev is not None and prev.episode == frame.episode else None
@@ -158,25 +168,52 @@ def subtask_candidates(frames: Sequence[Frame], templates: Any,
         messages = prompts.subtask_messages(frame.task, now.plan, memory, current, prior,
                                             templates)
         key = (frame.episode, json.dumps(messages, sort_keys=True), now.subtask)
-        keyed.append((frame, key, Candidate('subtask', messages, now.subtask, frame.index)))
-    out: list[Candidate] = []
+        moves_on = bool(current) and current != now.subtask
+        if moves_on:
+            changes.append(len(keyed))
+        keyed.append((frame, key, Candidate('subtask', messages, now.subtask, frame.index,
+                                            moves_on)))
+    segments: list[tuple[int, int]] = []  # [i, j) runs of one prompt and answer
     i = 0
     while i < len(keyed):
-        j = i
-        while j + 1 < len(keyed) and keyed[j + 1][1] == keyed[i][1] \
-                and keyed[j + 1][0].index == keyed[j][0].index + 1:
+        j = i + 1
+        while j < len(keyed) and keyed[j][1] == keyed[i][1] \
+                and keyed[j][0].index == keyed[j - 1][0].index + 1:
             j += 1
-        for k in _spread(i, j + 1, frames_per_segment):
+        segments.append((i, j))
+        i = j
+    late: dict[int, list[Candidate]] = {}
+    if change_frames > 0:
+        segment_at = {i: n for n, (i, _) in enumerate(segments)}
+        for c in changes:
+            n = segment_at.get(c + 1)
+            if n is None:
+                continue  # the change frame is not alone in its segment: nothing after it
+            i, j = segments[n]
+            change = keyed[c][2]
+            if keyed[i][2].target != change.target or keyed[i][0].index != keyed[c][0].index + 1:
+                continue  # the next stretch is another subtask or another episode
+            half = i + max(1, (j - i) // 2)
+            late[c] = [Candidate('subtask', change.messages, change.target, keyed[k][0].index,
+                                 True) for k in _spread(i, half, change_frames)]
+    out: list[Candidate] = []
+    for i, j in segments:
+        for k in _spread(i, j, frames_per_segment):
             out.append(keyed[k][2])
-        i = j + 1
+            out.extend(late.get(k, ()))
     return out
 
 
 def memory_candidates(frames: Sequence[Frame], templates: Any) -> list[Candidate]:
     """Each memory change: previous memory + completed subtask -> the new memory.
 
-    A memory row on an episode's first frame is the task's first memory (prompted with the
-    task alone) where the episode starts its task, and is left out where it was inherited.
+    The planner also asks for a memory at a task's first subtask, with the task alone
+    (LanguageState.set_task cleared the memory; nothing is completed yet). Where an episode
+    starts its task, that turn is taught to answer the memory row written with the task's
+    first subtask, or none (an empty answer, which the planner drops and counts): without it
+    a model answers that turn with another episode's memory, and the subtask turns quote it.
+    Other rows at or before an episode's first frame are left out: they were generated before
+    the episode (inherited across a split), so their prompt is unknown.
     """
     from lerobot_lang_nodes.core import prompts
 
@@ -186,19 +223,29 @@ def memory_candidates(frames: Sequence[Frame], templates: Any) -> list[Candidate
     starts = task_start_episodes(frames)
     seen: set[str] = set()
     out = []
+
+    def add(messages: list[dict], content: str) -> None:
+        key = json.dumps([messages, content], sort_keys=True)
+        if key not in seen:
+            seen.add(key)
+            out.append(Candidate('memory', messages, content, -1))
+
     for episode, frame in first.items():
-        for row in rows_of(frame.persistent, 'memory'):
+        memory_rows = rows_of(frame.persistent, 'memory')
+        subtask_rows = rows_of(frame.persistent, 'subtask')
+        t_first = float(subtask_rows[0]['timestamp']) if subtask_rows else None
+        if episode in starts and t_first is not None and frame.task:
+            content = next((str(r.get('content') or '').strip() for r in memory_rows
+                            if float(r['timestamp']) == t_first), '')
+            add(prompts.memory_messages(frame.task, '', '', templates), content)
+        for row in memory_rows:
             t = float(row['timestamp'])
             content = str(row.get('content') or '').strip()
-            if not content or (t <= frame.timestamp and episode not in starts):
+            if not content or t <= frame.timestamp or (t == t_first and episode in starts):
                 continue
-            messages = prompts.memory_messages(
-                frame.task, previous_row(frame.persistent, t, 'memory'),
-                previous_row(frame.persistent, t, 'subtask'), templates)
-            key = json.dumps([messages, content], sort_keys=True)
-            if key not in seen:
-                seen.add(key)
-                out.append(Candidate('memory', messages, content, -1))
+            add(prompts.memory_messages(frame.task, previous_row(frame.persistent, t, 'memory'),
+                                        previous_row(frame.persistent, t, 'subtask'),
+                                        templates), content)
     return out
 
 
@@ -235,6 +282,26 @@ def interjection_candidates(frames: Sequence[Frame], templates: Any) -> list[Can
                                                      templates)
             out.append(Candidate('interjection', messages, target, frame.index))
     return out
+
+
+def cap_examples(candidates: Sequence[Candidate], max_examples: int) -> list[Candidate]:
+    """At most ``max_examples``, each kind spread evenly over its own candidates.
+
+    The memory and interjection turns (text answers that subtask turns then quote) keep up to
+    a quarter of the budget: spread over all candidates together, the few distinct memory
+    turns drown among thousands of subtask frames.
+    """
+    if len(candidates) <= max_examples:
+        return list(candidates)
+    subtask = [c for c in candidates if c.kind == 'subtask']
+    others = [c for c in candidates if c.kind != 'subtask']
+    n_others = min(len(others), max(max_examples // 4, max_examples - len(subtask)))
+    n_subtask = min(len(subtask), max_examples - n_others)
+
+    def spread(group: list[Candidate], n: int) -> list[Candidate]:
+        return [group[k] for k in _spread(0, len(group), n)] if n else []
+
+    return spread(subtask, n_subtask) + spread(others, n_others)
 
 
 def _rgb(image: Any) -> Any:
@@ -289,8 +356,9 @@ def example_loss(model_dir: Path, examples: Sequence[tuple[list[dict], str]],
 
 def train_planner(dataset_dir: str | Path, output_dir: str | Path, *, steps: int = 300,
                   seed: int = 0, cameras: Sequence[str] = ('front',), image_size: int = 0,
-                  frames_per_segment: int = 3, max_examples: int = 256,
-                  kinds: Sequence[str] = KINDS, prompts_file: str | Path = '',
+                  frames_per_segment: int = 3, change_frames: int = 0,
+                  max_examples: int = 256, kinds: Sequence[str] = KINDS,
+                  prompts_file: str | Path = '',
                   system_prompt: str | None = None, lr: float = 3e-3,
                   check_examples: int = 8, vision_size: int = VISION_SIZE) -> dict[str, Any]:
     """Train the tiny VLM planner on the dataset in ``dataset_dir``; save it to ``output_dir``.
@@ -301,12 +369,14 @@ def train_planner(dataset_dir: str | Path, output_dir: str | Path, *, steps: int
     of a step at once, so it is also the batch. ``check_examples`` subtask examples are then
     answered by the `transformers` backend itself (greedy) and the exact matches counted.
     ``vision_size`` is the side the model's vision tower sees a frame at, a multiple of 32:
-    (vision_size / 32)^2 image tokens per frame.
+    (vision_size / 32)^2 image tokens per frame. ``change_frames``: see subtask_candidates.
     Raises DatasetError (bad dataset or output folder) and SettingsError (bad settings).
     """
     if steps < 1 or frames_per_segment < 1 or max_examples < 1:
         raise SettingsError(f'steps ({steps}), frames_per_segment ({frames_per_segment}) and '
                             f'max_examples ({max_examples}) must be >= 1')
+    if change_frames < 0:
+        raise SettingsError(f'change_frames must be >= 0, got {change_frames}')
     bad = [k for k in kinds if k not in KINDS]
     if bad or 'subtask' not in kinds:
         raise SettingsError(f'kinds {list(kinds)}: expected subtask plus any of {list(KINDS)}')
@@ -330,7 +400,7 @@ def train_planner(dataset_dir: str | Path, output_dir: str | Path, *, steps: int
 
     dataset = LeRobotDataset(REPO_ID, root=info.root, video_backend='pyav')
     frames = read_frames(dataset)
-    candidates = subtask_candidates(frames, templates, frames_per_segment)
+    candidates = subtask_candidates(frames, templates, frames_per_segment, change_frames)
     if not candidates:
         raise DatasetError(f'dataset folder {str(info.root)!r} has no frame with both a task '
                            'and an active subtask in language_persistent; nothing to learn')
@@ -338,9 +408,7 @@ def train_planner(dataset_dir: str | Path, output_dir: str | Path, *, steps: int
         candidates += memory_candidates(frames, templates)
     if 'interjection' in kinds:
         candidates += interjection_candidates(frames, templates)
-    if len(candidates) > max_examples:
-        keep = _spread(0, len(candidates), max_examples)
-        candidates = [candidates[k] for k in keep]
+    candidates = cap_examples(candidates, max_examples)
     examples = _attach_frames(candidates, dataset, cameras)
     counts = {k: sum(c.kind == k for c in candidates) for k in KINDS}
     load_s = time.monotonic() - t0
@@ -369,6 +437,8 @@ def train_planner(dataset_dir: str | Path, output_dir: str | Path, *, steps: int
             'episodes': len({f.episode for f in frames}), 'examples': counts,
             'subtasks': sorted({c.target for c in candidates if c.kind == 'subtask'}),
             'steps': steps, 'seed': seed, 'lr': lr, 'vision_size': vision_size,
+            'frames_per_segment': frames_per_segment, 'change_frames': change_frames,
+            'subtask_examples_moving_on': sum(c.moves_on for c in candidates),
             'loss_start': loss_start,
             'loss_end': loss_end, 'checked': checked, 'exact_matches': matched,
             'load_s': round(load_s, 2), 'train_s': round(train_s, 2),
@@ -463,6 +533,9 @@ def add_arguments(_name: str, p: argparse.ArgumentParser) -> None:
                         f'((side/32)^2 image tokens per frame; default {VISION_SIZE})')
     p.add_argument('--frames-per-segment', type=int, default=3,
                    help='frames used per stretch of one prompt and answer (default 3)')
+    p.add_argument('--change-frames', type=int, default=0,
+                   help='frames from the start of each new subtask taught as "move on now" '
+                        'with the previous subtask still quoted (default 0)')
     p.add_argument('--max-examples', type=int, default=256,
                    help='most examples (all are fitted at every step; default 256)')
     p.add_argument('--kinds', default=','.join(KINDS),
@@ -482,6 +555,7 @@ def run(_name: str, args: argparse.Namespace) -> int:
             args.dataset, args.output, steps=args.steps, seed=args.seed,
             cameras=tuple(c for c in args.cameras.split(',') if c),
             image_size=args.image_size, frames_per_segment=args.frames_per_segment,
+            change_frames=args.change_frames,
             vision_size=args.vision_size,
             max_examples=args.max_examples,
             kinds=tuple(k for k in args.kinds.split(',') if k),

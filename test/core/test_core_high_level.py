@@ -6,6 +6,8 @@ import logging
 from collections import deque
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from lerobot_lang_nodes.core.errors import ConfigError
 from lerobot_lang_nodes.core.high_level import HighLevelConfig, HighLevelPlanner, TextGenerator
@@ -45,7 +47,9 @@ def test_config_validation():
                       ({'high_level_hz': -1}, 'high_level_hz'),
                       ({'min_new_tokens': -1}, 'min_new_tokens'),
                       ({'temperature': -0.5}, 'temperature'),
-                      ({'top_p': 0.0}, 'top_p')]:
+                      ({'top_p': 0.0}, 'top_p'),
+                      ({'subtask_confirmations': 0}, 'subtask_confirmations'),
+                      ({'subtask_confirmations': 2.0}, 'subtask_confirmations')]:
         with pytest.raises(ConfigError) as err:
             HighLevelConfig(**kw)
         assert err.value.field == field
@@ -310,3 +314,63 @@ def test_a_changed_subtask_is_announced_before_the_memory_is_generated():
     assert len(announced) == 1
     planner.regenerate(2.0)
     assert announced[-1] == ('place cup', 'a', 4)
+
+
+def test_a_new_subtask_waits_for_confirmations_in_a_row():
+    # Three looks in a row must answer 'b' before the planner leaves 'a'; a look that
+    # answers 'a' again (or something else) starts the count over.
+    gen, planner = make(HighLevelConfig(subtask_confirmations=3),
+                        subtask=['a', 'b', 'b', 'a', 'b', 'c', 'b', 'b', 'b'],
+                        memory=['m1', 'm2'])
+    planner.set_task('t')
+    outcomes = [planner.regenerate(float(k)) for k in range(9)]
+    assert outcomes == ['changed', 'unconfirmed', 'unconfirmed', 'repeat', 'unconfirmed',
+                        'unconfirmed', 'unconfirmed', 'unconfirmed', 'changed']
+    s = planner.state
+    assert (s.subtask, s.prior_subtask, s.memory, s.revision) == ('b', 'a', 'm2', 3)
+    assert planner.unconfirmed == 6
+    # Memory is generated only for the two changes.
+    assert gen.kinds().count('memory') == 2
+
+
+def test_confirmations_never_delay_the_first_subtask_or_an_operator_change():
+    gen, planner = make(HighLevelConfig(subtask_confirmations=5), subtask=['a', 'b'])
+    planner.set_task('t')
+    assert planner.regenerate(0.0) == 'changed'  # nothing to leave yet
+    # An interjection's re-plan is the operator's change: it goes through at once.
+    assert planner.regenerate(1.0, flush=True) == 'changed'
+    assert planner.state.subtask == 'b'
+
+
+def test_a_pending_change_does_not_survive_a_new_revision():
+    gen, planner = make(HighLevelConfig(subtask_confirmations=2),
+                        subtask=['a', 'b', 'a', 'b', 'b'])
+    planner.set_task('t')
+    assert planner.regenerate(0.0) == 'changed'
+    assert planner.regenerate(1.0) == 'unconfirmed'  # 'b' once
+    planner.set_task('t2')  # the operator's new task: a new revision
+    assert planner.regenerate(2.0) == 'changed'  # 'a', the new task's first subtask
+    # The 'b' seen under the old task does not count towards the new one.
+    assert planner.regenerate(3.0) == 'unconfirmed'
+    assert planner.regenerate(4.0) == 'changed'
+
+
+@settings(max_examples=200, deadline=None)
+@given(answers=st.lists(st.sampled_from(['a', 'b', 'c']), min_size=1, max_size=40),
+       need=st.integers(1, 4))
+def test_the_subtask_changes_only_when_the_last_looks_all_agree(answers, need):
+    gen, planner = make(HighLevelConfig(subtask_confirmations=need), subtask=list(answers))
+    planner.set_task('t')
+    held = ''
+    for k, answer in enumerate(answers):
+        outcome = planner.regenerate(float(k))
+        agreed = k + 1 >= need and all(a == answer for a in answers[k + 1 - need:k + 1])
+        if not held:
+            assert outcome == 'changed'
+        elif answer == held:
+            assert outcome == 'repeat'
+        else:
+            assert outcome == ('changed' if agreed else 'unconfirmed')
+        if outcome == 'changed':
+            held = answer
+        assert planner.state.subtask == held

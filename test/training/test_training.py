@@ -133,6 +133,7 @@ def test_a_missing_or_incomplete_dataset_folder_is_a_clear_error(trainer, tmp_pa
 @pytest.mark.parametrize('trainer, argv, message', [
     (policy_training, ['--shift-pixels', '-1'], 'shift_pixels must be >= 0'),
     (planner_training, ['--vision-size', '48'], 'vision_size must be a multiple of 32'),
+    (planner_training, ['--change-frames', '-1'], 'change_frames must be >= 0'),
 ])
 def test_bad_image_settings_are_refused_before_any_work(trainer, argv, message, tmp_path,
                                                         capsys):
