@@ -72,7 +72,8 @@ def run_episode(scene: So101Scene, task: str, max_sim_s: float = 40.0,
             _LOG.debug('t=%.2f subtask %s', elapsed, plan[index].text)
             chunk = None
         if chunk is None or row >= min(replan_every, len(chunk)):
-            chunk = expert.act(plan[index].text, scene.joint_positions(), gt)
+            chunk = expert.act(plan[index].text, scene.joint_positions(), gt,
+                               now_s=scene.sim_time)
             row = 0
         scene.apply_action(chunk[row])
         row += 1

@@ -84,3 +84,83 @@ def test_whole_task_instruction_drives_the_expert(sim_scene, expert):
         for row in chunk[:10]:
             sim_scene.apply_action(row)
             sim_scene.step()
+
+
+class _FromMeasured(ScriptedExpert):
+    """The expert as it was: every chunk starts from the measured joint positions."""
+
+    def act(self, instruction, joint_positions, gt, now_s=None):
+        return super().act(instruction, joint_positions, gt)
+
+
+@pytest.mark.parametrize('seed', [1000, 2000])
+def test_replanning_often_does_not_slow_the_arm(sim_scene, seed):
+    # In the graph the policy replans at every refill (a few ticks), off the expert's own
+    # cadence of 10: each chunk must continue the arm's command, not pull it back to where
+    # the trailing servo is.
+    def task_time(expert, every):
+        sim_scene.reset(seed=seed)
+        result = run_episode(sim_scene, 'put the green cube in the bowl', max_sim_s=MAX_SIM_S,
+                             expert=expert, replan_every=every)
+        assert result.success, result.reason
+        return result.sim_time
+
+    expert = ScriptedExpert(sim_scene.model)
+    assert task_time(expert, 2) <= task_time(expert, 10) * 1.05
+    # The same replans from the measured position are what made the arm slow (the check
+    # above would fail for that expert).
+    old = _FromMeasured(sim_scene.model)
+    assert task_time(old, 2) > task_time(old, 10) * 1.2
+
+
+def test_a_chunk_continues_the_command_only_while_the_arm_follows_it(sim_scene, expert):
+    sim_scene.reset(seed=0)
+    q = sim_scene.joint_positions()
+    gt = sim_scene.ground_truth()
+    dt = 1.0 / expert.config.ctrl_hz
+    first = expert.act('reach the red cube', q, gt, now_s=10.0)
+    plain = first - np.vstack([expert.ik.gravity_offset(row) for row in first])
+    # Five ticks later the arm trails the command by a little: the next chunk goes on from
+    # the command (row 4, the last one dispatched), not from the arm.
+    trailing = plain[4].copy()
+    trailing[:5] -= 0.03
+    second = expert.act('reach the red cube', trailing, gt, now_s=10.0 + 5 * dt)
+    step = expert.config.max_joint_step + 0.02
+    assert np.abs(second[0, :5] - first[5, :5]).max() <= step
+    assert np.abs(second[0, :5] - trailing[:5]).max() > 0.02
+    # Pushed far off (or blocked): it starts from where the arm is.
+    pushed = plain[9].copy()
+    pushed[0] += 0.4
+    third = expert.act('reach the red cube', pushed, gt, now_s=10.0 + 10 * dt)
+    assert np.abs(third[0, :5] - pushed[:5]).max() <= step
+    # Without a time it always starts from the arm.
+    fourth = expert.act('reach the red cube', trailing, gt)
+    assert np.abs(fourth[0, :5] - trailing[:5]).max() <= step
+
+
+def test_the_policy_backend_continues_by_the_observation_stamp(sim_scene):
+    from types import SimpleNamespace
+
+    from lerobot_lang_nodes.backends.policies.scripted import ScriptedSimExpert
+    from lerobot_lang_nodes.sim.scene import JOINT_NAMES
+    backend = ScriptedSimExpert(SimpleNamespace(chunk_horizon=15))
+    reference = ScriptedExpert(sim_scene.model, backend._expert.config)
+    sim_scene.reset(seed=0)
+    gt = sim_scene.ground_truth()
+    names = list(reversed(JOINT_NAMES))  # the node's joint order need not be the expert's
+
+    def observe(q, stamp):
+        return {'instruction': 'reach the red cube', 'joint_names': names,
+                'joint_positions': np.asarray(q)[::-1], 'ground_truth': gt,
+                'stamp_s': stamp, 'control_period_s': 1.0 / 30.0}
+
+    q0 = sim_scene.joint_positions()
+    first = backend.infer(observe(q0, 7.0))
+    np.testing.assert_allclose(first, reference.act('reach the red cube', q0, gt, now_s=7.0))
+    trailing = first[4].copy()
+    trailing[:5] -= 0.03
+    second = backend.infer(observe(trailing, 7.0 + 5 / 30.0))
+    np.testing.assert_allclose(
+        second, reference.act('reach the red cube', trailing, gt, now_s=7.0 + 5 / 30.0))
+    assert not np.allclose(second, ScriptedExpert(sim_scene.model, reference.config).act(
+        'reach the red cube', trailing, gt))

@@ -40,4 +40,7 @@ class ScriptedSimExpert:
         period = observation.get('control_period_s')
         if period and abs(period * self._expert.config.ctrl_hz - 1.0) > 1e-9:
             self._expert.config = replace(self._expert.config, ctrl_hz=1.0 / period)
-        return self._expert.act(observation['instruction'], q, truth)
+        # Row k is due at the observation's stamp + k periods (the executor's time alignment):
+        # the expert continues its previous chunk's command at that time.
+        return self._expert.act(observation['instruction'], q, truth,
+                                now_s=observation.get('stamp_s'))
