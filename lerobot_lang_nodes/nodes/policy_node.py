@@ -162,10 +162,12 @@ class PolicyNode(Node):
         self.discarded_in_flight = 0
         self.failures = 0
         self.timeouts = 0
+        self.expired = 0  # chunks already in the past when inferred, not published
+        self._expired_last = False
         self.inferences = 0
         self.chunks_published = 0
         self.last_error = ''
-        self._last_outcome = ''  # 'ok' | 'failed' | 'timeout' of the last inference
+        self._last_outcome = ''  # 'ok' | 'failed' | 'timeout' | 'expired' of the last inference
         self._latencies: deque[float] = deque(maxlen=LATENCY_WINDOW)
         self._infer_started: float | None = None
 
@@ -232,6 +234,7 @@ class PolicyNode(Node):
                 'inferences': self.inferences, 'chunks_published': self.chunks_published,
                 'failures': self.failures, 'timeouts': self.timeouts,
                 'discarded_in_flight': self.discarded_in_flight,
+                'expired_chunks': self.expired,
                 'latency_last_ms': float(lat[-1]) if lat.size else 0.0,
                 'latency_p50_ms': float(np.median(lat)) if lat.size else 0.0,
                 'latency_mean_ms': float(lat.mean()) if lat.size else 0.0,
@@ -251,6 +254,9 @@ class PolicyNode(Node):
             return 'warn', f'last inference failed: {self.last_error}', values
         if outcome == 'timeout':
             return 'warn', 'last inference exceeded inference_timeout_s', values
+        if outcome == 'expired':
+            return 'warn', 'last chunk expired before it could be published (inference slower ' \
+                'than a chunk lasts)', values
         return 'ok', f'{self.chunks_published} chunks published', values
 
     # --- inputs -------------------------------------------------------------------------
@@ -376,6 +382,8 @@ class PolicyNode(Node):
                                           f'{timeout} s: chunk discarded ({self.timeouts} so '
                                           'far)', throttle_duration_sec=2.0)
                 return
+            if self._expired(observation, values, elapsed):
+                return
             self._last_outcome = 'ok'
             flush = revision if flush is None else flush
             current = self._flush_revision()
@@ -404,6 +412,32 @@ class PolicyNode(Node):
                 self.gate.publish_failed()
             self.get_logger().error(f'publishing chunk {msg.sequence} failed: {exc}',
                                     throttle_duration_sec=2.0)
+
+    def _expired(self, observation: dict[str, Any], values: np.ndarray, elapsed: float) -> bool:
+        """Drop a chunk whose every action is already in the past (call with the lock held).
+
+        The executor would discard it as expired, and the gate would then wait for an ack
+        that never comes (ACK_TIMEOUT_S) while the arm holds: a one-off slow inference (a
+        model's first call, a busy CPU) cost the arm a second. Dropped here, the next
+        inference starts at once on a fresh observation. Two in a row are published anyway,
+        so that a clock that disagrees with the executor's never silences the policy (the
+        executor judges, and says a slower device is the cause).
+        """
+        period = float(observation.get('control_period_s') or 0.0)
+        age = self.get_clock().now().nanoseconds * 1e-9 - float(observation['stamp_s'])
+        if period <= 0.0 or values.ndim != 2 or age < values.shape[0] * period \
+                or self._expired_last:
+            self._expired_last = False
+            return False
+        self._expired_last = True
+        self.expired += 1
+        self._last_outcome = 'expired'
+        self.get_logger().warning(
+            f'inference took {elapsed:.3f} s: every action of the chunk was in the past '
+            f'(observation {age:.3f} s old >= {values.shape[0]} x {period:.4f} s); dropped, '
+            f'inferring again on a fresh observation ({self.expired} so far)',
+            throttle_duration_sec=2.0)
+        return True
 
     def close(self) -> None:
         self._running = False

@@ -87,3 +87,44 @@ def test_safety_limits_tighten_at_run_time_and_loosen_only_when_paused(launch_no
     result, _ = _set_parameter(probe, 'sim_bridge', 'ctrl_hz', 50.0)
     assert not result.successful and 'read-only' in result.reason
     assert sim.alive
+
+
+def test_a_chunk_that_expired_during_inference_is_dropped_not_published(launch_node, probe):
+    # Inference slower than a chunk lasts (0.6 s against 15 x 33 ms): each chunk is in the
+    # past when it is ready. The policy drops it and infers again at once instead of
+    # publishing it and waiting a second for an ack the executor never sends; two in a row
+    # are published anyway, so a clock that disagrees with the executor's never silences it.
+    from diagnostic_msgs.msg import DiagnosticArray
+    params = graph.default_params_file('sim')
+    sim = launch_node('lerobot_lang_nodes.nodes.sim_bridge_node',
+                      *graph.ros_args(graph.SIM[0], params)[1:])
+    policy = launch_node('lerobot_lang_nodes.nodes.policy_node', '-r', '__node:=policy',
+                         '--params-file', str(params), '-p', 'condition_on:=task',
+                         '-p', 'added_latency_s:=0.6', '-p', 'diagnostics_period_s:=0.5')
+    diagnostics = probe.subscribe(DiagnosticArray, 'diagnostics', qos.STATUS)
+    status = probe.subscribe(RuntimeStatus, 'runtime_status', qos.STATUS)
+    for name in ('sim_bridge', 'policy'):
+        probe.wait_for_node(name, timeout_s=60.0, processes=[sim, policy])
+    probe.publisher(String, 'task', qos.LATCHED).publish(String(data=TASK))
+
+    def policy_values(arr):
+        for s in arr.status:
+            if s.name == 'policy: policy':
+                return {kv.key: kv.value for kv in s.values}
+        return None
+
+    def dropped_and_published(arr):
+        v = policy_values(arr)
+        return v is not None and int(v['expired_chunks']) >= 2 \
+            and int(v['chunks_published']) >= 2
+
+    last = diagnostics.wait_for(dropped_and_published, timeout_s=60.0,
+                                what='two chunks dropped as expired and two published')
+    values = policy_values(last)
+    # Every other chunk is dropped: never two drops in a row.
+    assert int(values['expired_chunks']) <= int(values['chunks_published']) + 1
+    # The published ones were expired too, and the executor said so.
+    st = status.wait_for(lambda s: s.discarded_stale >= 1, timeout_s=30.0,
+                         what='the executor discarding an expired chunk')
+    assert st.dispatched == 0
+    assert sim.alive and policy.alive
