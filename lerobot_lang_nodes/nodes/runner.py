@@ -121,6 +121,9 @@ def run(factory: Callable[[], Any], args: list[str] | None = None, *, threads: i
     root = logging.getLogger('lerobot_lang_nodes')
     root.addHandler(handler)
     root.setLevel(logging.INFO)
+    # Not on to the root logger too: importing lerobot logs through the root logger, which
+    # gives it a stderr handler, and every line would then be printed a second time.
+    root.propagate = False
     try:
         try:
             built = factory()

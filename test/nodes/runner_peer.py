@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import logging
 import sys
 import threading
 from pathlib import Path
@@ -20,6 +21,10 @@ class Stuck(Node):
         self.trigger = Path(sys.argv[1])
         self.ticks = 0
         self.create_timer(0.05, self._tick)
+        # A library that configures the root logger (importing lerobot does, through a
+        # module-level logging.debug), then a line from the project's core.
+        logging.basicConfig()
+        logging.getLogger('lerobot_lang_nodes.peer').warning('a line of the core')
         self.get_logger().info('runner_peer up')
 
     def _tick(self) -> None:
@@ -28,7 +33,7 @@ class Stuck(Node):
             raise_once.unlink()
             raise RuntimeError('a bug in a callback')
         self.ticks += 1
-        if self.ticks % 20 == 0:
+        if self.ticks == 1 or self.ticks % 20 == 0:  # the first: the node is spinning
             self.get_logger().info(f'tick {self.ticks}')
         if self.trigger.exists():
             self.get_logger().info('blocking in a callback')

@@ -15,7 +15,9 @@ PEER = Path(__file__).with_name('runner_peer.py')
 def _start(launch_node, tmp_path):
     trigger = tmp_path / 'block'
     proc = launch_node.command([sys.executable, str(PEER), str(trigger)], name='runner_peer')
-    wait_until(lambda: 'runner_peer up' in proc.log_text(), 30.0, 'the node to start', [proc])
+    # Spinning, not only built: a signal while the node is still being built aborts the build
+    # (exit 130, no close()), as Ctrl-C during a long model load should.
+    wait_until(lambda: ': tick 1' in proc.log_text(), 30.0, 'the node to spin', [proc])
     return proc, trigger
 
 
@@ -25,6 +27,14 @@ def test_sigint_stops_the_node_through_close(launch_node, tmp_path):
     proc.proc.wait(timeout=10.0)
     assert proc.returncode == 0, proc.log_text()
     assert 'close() ran' in proc.log_text()
+
+
+def test_a_core_log_line_is_printed_once_through_ros_logging(launch_node, tmp_path):
+    proc, _ = _start(launch_node, tmp_path)
+    log = proc.log_text()
+    assert '[runner_peer]: [lerobot_lang_nodes.peer] a line of the core' in log, log
+    assert log.count('a line of the core') == 1, log
+    assert proc.stop() == 0
 
 
 def test_sigusr1_prints_thread_stacks_and_the_node_goes_on(launch_node, tmp_path):
