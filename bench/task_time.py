@@ -15,7 +15,10 @@ moment the cube lies in the bowl (the simulator's ground truth, checked the same
   after a chunk is published, at 1 Hz).
 
 Writes bench/reports/task_time.{json,md}: per configuration the median task time, its ratio to
-the expert's on the same episodes, successes, starved ticks and stale discards.
+the expert's on the same episodes, successes, starved ticks and stale discards; and (unless
+--no-interjections) the reaction to an interjection on the first configuration's graph: one
+"use the <next colour> cube instead" per episode, timed to the planner's re-plan and to the
+first dispatched action of it.
 """
 
 from __future__ import annotations
@@ -87,82 +90,155 @@ def parse_config(text: str) -> tuple[str, list[tuple[str, str, Any]]]:
     return name, [parse_override(part) for part in rest.split(',') if part.strip()]
 
 
+class RunningGraph:
+    """sim_bridge, planner and policy in their own processes, and the probe that drives them."""
+
+    def __init__(self, name: str, overrides: list, env: dict[str, str]) -> None:
+        self.name, self.overrides, self.env = name, overrides, env
+
+    def __enter__(self) -> RunningGraph:
+        from rosgraph_msgs.msg import Clock
+        from std_msgs.msg import String
+
+        from lerobot_lang_msgs.msg import LanguageContext, RuntimeStatus
+        from lerobot_lang_nodes.nodes import qos
+        from lerobot_lang_nodes.testing import RosProbe
+
+        self.tmp = Path(tempfile.mkdtemp(prefix=f'task_time_{self.name}_'))
+        self.dispatch_log = self.tmp / 'dispatch.jsonl'
+        params_file, _ = write_params(self.tmp, self.dispatch_log, viewer=False, target_rtf=None,
+                                      overrides=self.overrides)
+        self.procs = start_nodes(params_file, self.tmp, self.env, viewer=False)
+        self.probe = RosProbe(f'task_time_{self.name}')
+        try:
+            self.truth = self.probe.subscribe(String, 'sim/ground_truth', qos.LATCHED)
+            self.clock = self.probe.subscribe(Clock, '/clock', qos.CLOCK)
+            self.status = self.probe.subscribe(RuntimeStatus, 'runtime_status', qos.STATUS)
+            self.context = self.probe.subscribe(LanguageContext, 'language_context',
+                                                qos.LATCHED)
+            for node in self.procs:
+                self.probe.wait_for_node(node, timeout_s=90.0,
+                                         processes=list(self.procs.values()))
+            self.task_pub = self.probe.publisher(String, 'task', qos.LATCHED)
+            self.interjection_pub = self.probe.publisher(String, 'interjection', qos.COMMAND)
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.probe.close()
+        for proc in reversed(list(self.procs.values())):
+            proc.stop()
+
+    def sim_now(self) -> float:
+        now = self.clock.wait_for(timeout_s=10.0, since=len(self.clock), what='/clock').clock
+        return now.sec + now.nanosec * 1e-9
+
+    def start_task(self, seed: int, task: str) -> tuple[float, Any]:
+        """Reset to layout ``seed``, send ``task``; (sim time it was sent at, status before)."""
+        from std_msgs.msg import String
+        from std_srvs.srv import Trigger
+
+        reply = self.probe.call(Trigger, 'sim/reset', Trigger.Request(), timeout_s=60.0)
+        if not reply.success:
+            raise RuntimeError(f'sim/reset failed: {reply.message}')
+        self.truth.wait_for(lambda m: json.loads(m.data)['seed'] == seed, timeout_s=30.0,
+                            since=len(self.truth), what=f'the scene with seed {seed}')
+        st0 = self.status.wait_for(timeout_s=10.0, since=len(self.status), what='a status')
+        t0 = self.sim_now()
+        self.task_pub.publish(String(data=task))
+        return t0, st0
+
+
 def graph_times(name: str, overrides: list, plan: list[tuple[int, str]], max_sim_s: float,
                 env: dict[str, str]) -> dict[str, Any]:
     """Run the plan's episodes on one graph; times in sim seconds, None when not done."""
-    from std_msgs.msg import String
-    from std_srvs.srv import Trigger
-
-    from lerobot_lang_msgs.msg import RuntimeStatus
-    from lerobot_lang_nodes.nodes import qos
     from lerobot_lang_nodes.sim.tasks import check_success, parse_task
-    from lerobot_lang_nodes.testing import RosProbe
 
-    tmp = Path(tempfile.mkdtemp(prefix=f'task_time_{name}_'))
-    params_file, _ = write_params(tmp, tmp / 'dispatch.jsonl', viewer=False, target_rtf=None,
-                                  overrides=overrides)
-    procs = start_nodes(params_file, tmp, env, viewer=False)
-    probe = RosProbe(f'task_time_{name}')
     times: list[float | None] = []
     reactions: list[float | None] = []
     starved = stale = starved_start = 0
-    try:
-        from rosgraph_msgs.msg import Clock
-        truth = probe.subscribe(String, 'sim/ground_truth', qos.LATCHED)
-        clock = probe.subscribe(Clock, '/clock', qos.CLOCK)
-        status = probe.subscribe(RuntimeStatus, 'runtime_status', qos.STATUS)
-        for node in procs:
-            probe.wait_for_node(node, timeout_s=90.0, processes=list(procs.values()))
-        task_pub = probe.publisher(String, 'task', qos.LATCHED)
+    with RunningGraph(name, overrides, env) as g:
         for seed, task in plan:
-            reply = probe.call(Trigger, 'sim/reset', Trigger.Request(), timeout_s=60.0)
-            if not reply.success:
-                raise RuntimeError(f'sim/reset failed: {reply.message}')
-            since = len(truth)
-            truth.wait_for(lambda m: json.loads(m.data)['seed'] == seed, timeout_s=30.0,
-                           since=since, what=f'the scene with seed {seed}')
-            st0 = status.wait_for(timeout_s=10.0, since=len(status), what='a status')
-            since = len(truth)
-            now = clock.wait_for(timeout_s=10.0, since=len(clock), what='/clock').clock
-            t0 = now.sec + now.nanosec * 1e-9  # the sim time the task is sent at
-            task_pub.publish(String(data=task))
+            since = len(g.truth)
+            t0, st0 = g.start_task(seed, task)
             spec = parse_task(task)
 
-            def done(msg, spec=spec) -> bool:
+            def done(msg, spec=spec, t0=t0) -> bool:
                 gt = json.loads(msg.data)
                 return gt['sim_time'] - t0 > max_sim_s or check_success(spec, gt)
 
-            mark = len(status)
-            end = json.loads(truth.wait_for(done, timeout_s=max_sim_s * 6 + 60.0, since=since,
-                                            what=f'{task!r} done').data)
+            mark = len(g.status)
+            end = json.loads(g.truth.wait_for(done, timeout_s=max_sim_s * 6 + 60.0,
+                                              since=since, what=f'{task!r} done').data)
             # Ticks starved before the task's first dispatched action are the reaction to the
             # operator's change; the rest are idle time while the task runs.
-            first = next((m for m in status.snapshot()[mark:] if m.dispatched > st0.dispatched),
-                         None)
+            first = next((m for m in g.status.snapshot()[mark:]
+                          if m.dispatched > st0.dispatched), None)
             if first is not None:
                 starved_start += first.starved_ticks - st0.starved_ticks
             times.append(round(end['sim_time'] - t0, 3) if check_success(spec, end) else None)
-            reactions.append(first_dispatch_after(tmp / 'dispatch.jsonl', t0))
-            st1 = status.last
+            reactions.append(first_dispatch_after(g.dispatch_log, t0))
+            st1 = g.status.last
             starved += st1.starved_ticks - st0.starved_ticks
             stale += st1.discarded_stale - st0.discarded_stale
             print(f'  {name}: seed {seed} {task!r}: {times[-1]} s', flush=True)
-    finally:
-        probe.close()
-        for proc in reversed(list(procs.values())):
-            proc.stop()
     return {'times_s': times, 'reactions_s': reactions, 'starved_ticks': int(starved),
             'starved_before_first_dispatch': int(starved_start), 'stale_discards': int(stale),
             'overrides': [f'{n}.{k}={v!r}' for n, k, v in overrides]}
 
 
-def first_dispatch_after(dispatch_log: Path, t0: float) -> float | None:
-    """Sim seconds from the task (sent at t0) to the first action the simulator dispatched."""
+def interjection_reactions(overrides: list, plan: list[tuple[int, str]], env: dict[str, str],
+                           after_s: float = 1.0) -> dict[str, Any]:
+    """Per episode: the task, then ``after_s`` sim s into it "use the <next colour> cube
+    instead" from this process; sim seconds from the interjection to the planner's re-planned
+    context (its stamp) and to the first action the simulator dispatched for it."""
+    from std_msgs.msg import String
+
+    planner_s: list[float | None] = []
+    reactions: list[float | None] = []
+    with RunningGraph('interjection', overrides, env) as g:
+        for k, (seed, task) in enumerate(plan):
+            mark = len(g.context)
+            t0, st0 = g.start_task(seed, task)
+            g.status.wait_for(lambda m, st0=st0: m.dispatched > st0.dispatched, timeout_s=60.0,
+                              since=len(g.status), what=f'{task!r} under way')
+            while g.sim_now() < t0 + after_s:
+                pass  # each call waits for the next /clock
+            g.context.wait_for(lambda m: m.task == task, timeout_s=10.0, since=mark,
+                               what='the task in the context')
+            before = g.context.last
+            text = f'use the {COLOURS[(k + 1) % len(COLOURS)]} cube instead'
+            mark = len(g.context)
+            ti = g.sim_now()
+            g.interjection_pub.publish(String(data=text))
+            ctx = g.context.wait_for(lambda m, r=before.flush_revision: m.flush_revision > r,
+                                     timeout_s=30.0, since=mark,
+                                     what=f'the re-plan after {text!r}')
+            planner_s.append(round(ctx.header.stamp.sec + ctx.header.stamp.nanosec * 1e-9
+                                   - ti, 3))
+            reaction = None
+            deadline = time.monotonic() + 30.0
+            while reaction is None and time.monotonic() < deadline:
+                reaction = first_dispatch_after(g.dispatch_log, ti, min_revision=ctx.revision)
+                if reaction is None:
+                    g.sim_now()  # wait a tick
+            reactions.append(reaction)
+            print(f'  interjection {text!r} in {task!r}: planner {planner_s[-1]} s, first '
+                  f'action {reaction} s', flush=True)
+    return {'planner_s': planner_s, 'reactions_s': reactions, 'after_s': after_s,
+            'overrides': [f'{n}.{k}={v!r}' for n, k, v in overrides]}
+
+
+def first_dispatch_after(dispatch_log: Path, t0: float, min_revision: int = 0) -> float | None:
+    """Sim seconds from t0 (a task or an interjection sent) to the first action the simulator
+    dispatched after it, of a chunk conditioned on ``min_revision`` or newer."""
     for line in dispatch_log.read_text().splitlines() if dispatch_log.exists() else []:
         if line.endswith('}'):
-            t = json.loads(line)['t']
-            if t > t0:
-                return round(t - t0, 3)
+            row = json.loads(line)
+            if row['t'] > t0 and row['revision'] >= min_revision:
+                return round(row['t'] - t0, 3)
     return None
 
 
@@ -227,6 +303,31 @@ def latency_table(report: dict[str, Any]) -> list[str]:
     return lines
 
 
+def interjection_table(report: dict[str, Any]) -> list[str]:
+    inter = report.get('interjections')
+    if not inter:
+        return []
+
+    def spread(values: list[float | None]) -> str:
+        done = sorted(v for v in values if v is not None)
+        if not done:
+            return '-'
+        return f'{median(done)} ({done[0]} to {done[-1]})'
+
+    return ['', '## Reaction to an interjection', '',
+            f"On the `{inter['configuration']}` graph, {inter['after_s']} sim s into each "
+            'episode\'s task (the arm reaching), "use the <next colour> cube instead" published '
+            'by the benchmark; sim seconds from it to the planner\'s re-planned context (its '
+            'stamp) and to the first dispatched action conditioned on that context. Median (min '
+            'to max).', '',
+            '| interjections | to the re-planned context (s) | to its first action (s) | '
+            'answered |',
+            '|---|---|---|---|',
+            f"| {len(inter['reactions_s'])} | {spread(inter['planner_s'])} | "
+            f"{spread(inter['reactions_s'])} | "
+            f"{sum(v is not None for v in inter['reactions_s'])}/{len(inter['reactions_s'])} |"]
+
+
 def markdown(report: dict[str, Any]) -> str:
     run = report['run']
     lines = ['# Time per task: the sim graph against the scripted expert alone', '',
@@ -250,6 +351,7 @@ def markdown(report: dict[str, Any]) -> str:
               'process) to the first action the simulator dispatched for it; the floor is the '
               "policy's inference latency plus one control period (33 ms)."]
     lines += latency_table(report)
+    lines += interjection_table(report)
     lines += ['', 'Overrides of config/sim.yaml per configuration:', '']
     for name, r in report['summary'].items():
         if name != 'expert':
@@ -271,6 +373,9 @@ def main(argv: list[str] | None = None) -> int:
                         help='instead of --config: for each added policy latency (s), (a) the '
                              "seeds' rules (refill when empty, every change flushes) and (b) "
                              'the current ones; the report adds b/a')
+    parser.add_argument('--interjections', action=argparse.BooleanOptionalAction, default=True,
+                        help="also time the reaction to an interjection on the first "
+                             "configuration's graph, one per episode (default on)")
     parser.add_argument('--out', type=Path, default=REPORT_DIR)
     parser.add_argument('--name', default='task_time')
     args = parser.parse_args(argv)
@@ -285,6 +390,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f'expert: {expert}', flush=True)
         graphs = {name: graph_times(name, overrides, plan, args.max_sim_s, dict(os.environ))
                   for name, overrides in configs}
+        interjections = (interjection_reactions(configs[0][1], plan, dict(os.environ))
+                         if args.interjections else None)
     report = {'run': {'episodes': args.episodes, 'date': time.strftime('%Y-%m-%d'),
                       'max_sim_s': args.max_sim_s,
                       'load_average_1min_at_end': round(os.getloadavg()[0], 2),
@@ -292,6 +399,8 @@ def main(argv: list[str] | None = None) -> int:
                       'wall_s': round(time.monotonic() - started, 1)},
               'expert_times_s': expert, 'graphs': graphs,
               'summary': summarise(expert, graphs)}
+    if interjections is not None:
+        report['interjections'] = {'configuration': configs[0][0], **interjections}
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / f'{args.name}.json').write_text(json.dumps(report, indent=2) + '\n')
     text = markdown(report)

@@ -57,6 +57,10 @@ class SimBridgeConfig(ExecutionParams):
     camera_hz: float = field(default=10.0, metadata={
         'doc': 'Image publish rate (sim Hz); each frame costs ~10-40 ms of CPU per camera.',
         'range': (0.1, 60.0)})
+    truth_hz: float = field(default=10.0, metadata={
+        'doc': 'Rate of sim/ground_truth and sim/task_outcome (sim Hz): how often the scripted '
+               'planner sees the scene (a learned one sees camera_hz frames) and how soon a met '
+               'goal is reported.', 'range': (0.1, 100.0)})
     dispatch_log_path: str = field(default='', metadata={
         'doc': 'JSON-lines file recording every dispatched action; empty disables.'})
     default_task: str = field(default='put the red cube in the bowl', metadata={
@@ -161,7 +165,8 @@ class SimBridgeNode(SimulatorBridge, Node):
     def _loop(self) -> None:
         cfg = self.cfg
         period = 1.0 / cfg.ctrl_hz
-        ticks = LoopTicks(cfg.ctrl_hz, camera=cfg.camera_hz, status=cfg.status_hz)
+        ticks = LoopTicks(cfg.ctrl_hz, camera=cfg.camera_hz, status=cfg.status_hz,
+                          truth=cfg.truth_hz)
         # Paced on the wall clock at ctrl_hz * real_time_factor. Simulated time is the
         # bridge's own (one period per cycle whatever the wall clock says), so a short stall
         # is caught up back to back; a long one (CPU starved) restarts the pacing instead.
@@ -200,11 +205,10 @@ class SimBridgeNode(SimulatorBridge, Node):
                         self._publish_images(now)
                     # Publish at once when the queue crosses the refill threshold, so the
                     # policy starts the next inference without waiting for the periodic status.
-                    if ticks.due('status'):
+                    if ticks.due('status') or refill:
                         self._publish_status(now)
+                    if ticks.due('truth'):
                         self._publish_world(now)
-                    elif refill:
-                        self._publish_status(now)
                 except _rclpy.RCLError as exc:
                     self._publish_failed(exc)
                 ticks.advance()
@@ -269,7 +273,7 @@ class SimBridgeNode(SimulatorBridge, Node):
             self._info_pubs[cam].publish(msg)
 
     def _publish_world(self, now: float) -> None:
-        """Ground truth and the goal's outcome (periodic; not on every refill edge)."""
+        """Ground truth and the goal's outcome (at truth_hz, and after a reset)."""
         truth = self.scene.ground_truth()
         self._truth_pub.publish(String(data=json.dumps(truth)))
         with self._lock:

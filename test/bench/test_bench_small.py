@@ -1,5 +1,5 @@
 """The smaller benchmarks as a user runs them: the image transport run, the latency sweep's
-report table."""
+report table, one episode of the task-time run with its interjection."""
 
 from __future__ import annotations
 
@@ -40,6 +40,23 @@ def test_latency_sweep_pairs_the_seeds_rules_with_the_current_ones():
     (row,) = [line for line in tt.latency_table(report) if line.startswith('| 50 ms')]
     # a: 30 starved over 40 sim s = 45/min; b: 0 over 10 s; times 10 -> 5.
     assert row == '| 50 ms | 45.0 | 0.0 | 0.0 | 10.0 | 5.0 | 0.5 | None / None | 0.083 |'
+
+
+@pytest.mark.slow
+def test_task_time_times_a_task_and_an_interjection_through_the_graph(tmp_path):
+    out = subprocess.run([sys.executable, str(BENCH / 'task_time.py'), '--episodes', '1',
+                          '--config', 'current:', '--out', str(tmp_path), '--name', 'tt'],
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    report = json.loads((tmp_path / 'tt.json').read_text())
+    (expert,), (graph,) = report['expert_times_s'], report['graphs']['current']['times_s']
+    assert 1.0 < expert < 30.0 and 1.0 < graph < 30.0  # the cube is in the bowl
+    inter = report['interjections']
+    # The re-plan comes from the planner after the interjection, and the arm acts on it.
+    (planner_s,), (reaction,) = inter['planner_s'], inter['reactions_s']
+    assert 0.0 <= planner_s <= reaction < 5.0
+    text = (tmp_path / 'tt.md').read_text()
+    assert '## Reaction to an interjection' in text and '| 1 | ' in text
 
 
 @pytest.mark.slow

@@ -1,0 +1,48 @@
+"""sim_bridge publishes the scene's ground truth at truth_hz, apart from the status rate.
+
+The scripted planner decides from the ground truth and only on an observation newer than the
+last: at the status rate (5 Hz) each subtask change waited up to 0.2 s for it, where a learned
+planner sees camera frames at 10 Hz.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+
+import pytest
+from std_msgs.msg import String
+
+from lerobot_lang_msgs.msg import RuntimeStatus
+from lerobot_lang_nodes import graph
+from lerobot_lang_nodes.nodes import qos
+from lerobot_lang_nodes.testing import wait_until
+
+pytestmark = pytest.mark.slow
+
+
+def _median_step(times: list[float]) -> float:
+    return statistics.median(b - a for a, b in zip(times, times[1:]))
+
+
+@pytest.mark.parametrize('truth_hz', [10.0, 15.0])
+def test_ground_truth_comes_at_truth_hz_and_status_at_status_hz(launch_node, probe, truth_hz):
+    params = graph.default_params_file('sim')
+    sim = launch_node('lerobot_lang_nodes.nodes.sim_bridge_node',
+                      *graph.ros_args(graph.SIM[0], params)[1:], '-p', 'status_hz:=5.0',
+                      '-p', f'truth_hz:={truth_hz}')
+    truth = probe.subscribe(String, 'sim/ground_truth', qos.LATCHED)
+    status = probe.subscribe(RuntimeStatus, 'runtime_status', qos.STATUS)
+    probe.wait_for_node('sim_bridge', timeout_s=60.0, processes=[sim])
+    since_truth, since_status = len(truth), len(status)
+    # No task: no refill edges, so every status is a periodic one.
+    wait_until(lambda: len(status) >= since_status + 12, 30.0, 'a dozen statuses', [sim])
+    truth_t = [json.loads(m.data)['sim_time'] for m in truth.snapshot()[since_truth:]]
+    status_t = [m.header.stamp.sec + m.header.stamp.nanosec * 1e-9
+                for m in status.snapshot()[since_status:]]
+    assert len(truth_t) > 3 and len(status_t) > 3, (len(truth_t), len(status_t))
+    period = 1.0 / 30.0
+    # Rates are whole control ticks (round(30 / hz)): 10 Hz = 3 ticks, 15 Hz = 2, 5 Hz = 6.
+    assert _median_step(truth_t) == pytest.approx(round(30.0 / truth_hz) * period, abs=1e-3)
+    assert _median_step(status_t) == pytest.approx(6 * period, abs=1e-3)
+    assert sim.alive
