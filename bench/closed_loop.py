@@ -195,6 +195,7 @@ class SimSession:
                     folder / 'recorder.log')
             self.probe = RosProbe(f'closed_loop_probe_{os.getpid()}')
             self.subtasks: list[str] = []
+            self._last_subtask = ''
             self.truth = Latest()
             self.context = Latest(hook=self._on_context)
             self.chunks = Latest()
@@ -224,8 +225,11 @@ class SimSession:
             raise
 
     def _on_context(self, msg: Any) -> None:
-        if msg.subtask and (not self.subtasks or self.subtasks[-1] != msg.subtask):
+        # Against the previous context, empty included: after a reset clears the subtask, the
+        # next task's first subtask counts even when the last episode ended on the same text.
+        if msg.subtask and msg.subtask != self._last_subtask:
             self.subtasks.append(msg.subtask)
+        self._last_subtask = msg.subtask
 
     def _on_diagnostics(self, msg: Any) -> None:
         for status in msg.status:
