@@ -69,10 +69,12 @@ class CheckpointActor:
     def reset(self) -> None:
         self.policy.reset()
 
-    def act(self, instruction: str, joint_positions: np.ndarray, _gt: Any) -> np.ndarray:
+    def act(self, instruction: str, joint_positions: np.ndarray, _gt: Any,
+            now_s: float | None = None) -> np.ndarray:
+        # The observation as the policy node builds it, its stamp included.
         observation = {'joint_names': list(JOINT_NAMES), 'joint_positions': joint_positions,
                        'images': {c: self.scene.render(c) for c in CAMERAS},
-                       'instruction': instruction}
+                       'instruction': instruction, 'stamp_s': now_s}
         t0 = time.perf_counter()
         chunk = self.policy.infer(observation)
         self.latencies.append(time.perf_counter() - t0)
