@@ -99,6 +99,12 @@ def test_recorded_session_exports_to_a_lerobot_dataset(recorded):
         log = {topic: t_ns / 1e9 for t_ns, topic, _type, _raw in
                reader.messages(['/interjection', '/vqa_log'])}
         joint_t = [t_ns / 1e9 for t_ns, *_ in reader.messages(['/joint_states'])]
+        # The episode starts at the first frame with every stream (state and both cameras).
+        start = max(next(iter(reader.messages([topic])))[0] / 1e9 for topic in (
+            '/joint_states', '/cameras/front/image_raw', '/cameras/wrist/image_raw'))
+        first_subtask_t = next(t_ns / 1e9 for t_ns, _topic, msgtype, raw
+                               in reader.messages(['/language_context'])
+                               if reader.decode(raw, msgtype).subtask)
 
     result = export([bag], tmp / 'dataset',
                     ExportOptions(fps=FPS, repo_id='test/sim_session', episodes_by='whole'))
@@ -146,7 +152,10 @@ def test_recorded_session_exports_to_a_lerobot_dataset(recorded):
                for p in persistent)
     # (A subtask shorter than a frame is superseded on that frame: one row per style and time.)
     subtasks = [(p['timestamp'], p['content']) for p in persistent if p['style'] == 'subtask']
-    assert subtasks[0] == (0.0, 'reach the red cube')
+    # The first subtask from the frame its context was recorded at (the first frame when the
+    # context came before every stream had started), give or take a frame.
+    assert subtasks[0][1] == 'reach the red cube'
+    assert subtasks[0][0] == pytest.approx(max(0.0, first_subtask_t - start), abs=1.5 / FPS)
     assert any(t >= t_inter and 'blue' in c for t, c in subtasks)
     vqa = [(t, e) for t, e in events if e['style'] == 'vqa']
     assert sorted((e['role'], e['camera']) for _, e in vqa) == [
