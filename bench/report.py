@@ -30,6 +30,8 @@ REPORTS = BENCH / 'reports'
 # (report name, command after the interpreter); run in this order, one at a time.
 RUNS: list[tuple[str, list[str]]] = [
     ('sim_graph', ['sim_graph.py', '--sim-seconds', '60']),
+    ('sim_graph_pool_executor', ['sim_graph.py', '--sim-seconds', '60', '--executor', 'pool',
+                                 '--name', 'sim_graph_pool_executor']),
     ('task_time', ['task_time.py', '--episodes', '10']),
     ('task_time_latency', ['task_time.py', '--latencies', '0.05,0.15,0.4', '--episodes', '6',
                            '--name', 'task_time_latency']),
@@ -43,7 +45,8 @@ RUNS: list[tuple[str, list[str]]] = [
     ('models', ['models.py']),
     ('robocasa_bridge', ['robocasa_bridge.py']),
 ]
-ORDER = ('task_time', 'task_time_latency', 'sim_graph', 'sim_graph_640x480', 'jitter',
+ORDER = ('task_time', 'task_time_latency', 'sim_graph', 'sim_graph_pool_executor',
+         'sim_graph_640x480', 'jitter',
          'image_transport', 'operator_latency', 'faults', 'models',
          'recorder', 'so101_bus', 'closed_loop', 'robocasa_bridge')
 

@@ -33,6 +33,10 @@ import yaml
 from lerobot_lang_nodes import dds, graph
 from lerobot_lang_nodes.testing import NodeProcess, WaitTimeout, free_port, wait_until
 
+# nodes/runner.py's executor switch (not imported from there: that would import rclpy before
+# private_ros_domain() set the DDS environment).
+EXECUTOR_ENV = 'LEROBOT_LANG_EXECUTOR'
+
 REPORT_DIR = Path(__file__).resolve().parent / 'reports'
 COLOURS = ('red', 'green', 'blue')
 CLK_TCK = os.sysconf('SC_CLK_TCK')
@@ -338,7 +342,7 @@ def run(args: argparse.Namespace, env: dict[str, str], t_start: float) -> dict[s
     period = 1.0 / ctrl_hz
     # Same rounding as the sim loop: images go out on one tick in camera_every.
     camera_every = max(1, int(round(ctrl_hz / float(sim_params['camera_hz']))))
-    procs = start_nodes(params_file, tmp, env, args.viewer)
+    procs = start_nodes(params_file, tmp, {**env, EXECUTOR_ENV: args.executor}, args.viewer)
     plist = list(procs.values())
     probe = None
     ok = False
@@ -439,7 +443,8 @@ def run(args: argparse.Namespace, env: dict[str, str], t_start: float) -> dict[s
                    'cameras': list(sim_params['cameras']),
                    'image': f"{sim_params['image_width']}x{sim_params['image_height']}",
                    'camera_hz': sim_params['camera_hz'], 'viewer': bool(args.viewer),
-                   'cycle_tasks': not args.no_cycle, 'nodes': list(procs)},
+                   'cycle_tasks': not args.no_cycle, 'nodes': list(procs),
+                   'executor': args.executor},
         'run': {'sim_s': round(sim_s, 3), 'wall_s': round(wall_s, 3),
                 'startup_wall_s': round(startup_wall, 1),
                 'task_to_first_dispatch_sim_s': round(sim0 - sent_sim, 2),
@@ -519,7 +524,8 @@ def markdown(r: dict[str, Any]) -> str:
              f"{m['loadavg_1min_at_start']} at start. Nodes: {', '.join(c['nodes'])} "
              f"(one process each); ctrl {c['ctrl_hz']:.0f} Hz, cameras "
              f"{', '.join(c['cameras'])} {c['image']} @ {c['camera_hz']} Hz; "
-             f"{c['sim_seconds']} sim s, tasks {'cycled' if c['cycle_tasks'] else 'single'}."
+             f"{c['sim_seconds']} sim s, tasks {'cycled' if c['cycle_tasks'] else 'single'}"
+             f"; node executor {c.get('executor', 'pool')}."
              + (' Stopped by the wall-clock cap.' if r['run']['truncated_by_wall_cap'] else ''),
              '', '| figure | value |', '|---|---|']
     lines += [f'| {k} | {v} |' for k, v in rows(r)]
@@ -556,6 +562,10 @@ def main(argv: list[str] | None = None) -> int:
                         metavar='NODE.PARAM=VALUE',
                         help='override one node parameter of config/sim.yaml (repeatable), '
                              'e.g. planner.backend=transformers')
+    parser.add_argument('--executor', choices=('inline', 'pool'), default='inline',
+                        help="the nodes' executor: inline (the default: default-group "
+                             "callbacks on the spinning thread) or pool (rclpy's stock "
+                             'MultiThreadedExecutor), to compare CPU and latency')
     parser.add_argument('--name', default='sim_graph',
                         help='report file name stem (default sim_graph)')
     args = parser.parse_args(argv)

@@ -258,12 +258,12 @@ class RosProbe:
 
     def __init__(self, name: str = 'test_probe') -> None:
         import rclpy
-        from rclpy.executors import MultiThreadedExecutor
+        from lerobot_lang_nodes.nodes.runner import DefaultGroupInlineExecutor
         self._rclpy = rclpy
         self.context = rclpy.Context()
         rclpy.init(context=self.context)
         self.node = rclpy.create_node(name, context=self.context)
-        self.executor = MultiThreadedExecutor(num_threads=2, context=self.context)
+        self.executor = DefaultGroupInlineExecutor(num_threads=2, context=self.context)
         self.executor.add_node(self.node)
         self._thread = threading.Thread(target=self._spin, name=f'{name}-spin', daemon=True)
         self._thread.start()

@@ -15,7 +15,8 @@ from collections.abc import Callable
 from typing import Any
 
 import rclpy
-from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
+from rclpy.executors import (ConditionReachedException, ExternalShutdownException,
+                             MultiThreadedExecutor, ShutdownException, TimeoutException)
 from rclpy.signals import SignalHandlerOptions
 
 from lerobot_lang_nodes import graph
@@ -23,6 +24,58 @@ from lerobot_lang_nodes import graph
 # Errors whose message already says what to do: log one line and exit, no traceback.
 STARTUP_ERRORS: tuple[type[BaseException], ...] = (ValueError, FileNotFoundError, LookupError,
                                                    ImportError, OSError)
+
+
+class DefaultGroupInlineExecutor(MultiThreadedExecutor):
+    """A MultiThreadedExecutor that runs the default callback group's callbacks itself.
+
+    A node's default group is mutually exclusive: its callbacks never overlap, so handing each
+    one to the thread pool buys no concurrency, only cost. Every hand-off rebuilds the wait
+    set in Python once more and makes the spinning thread race the worker for the GIL; with
+    the /clock, joint states, images and status a node receives, that was most of the CPU the
+    planner and policy used (31 % and 49 % of a core with the stock executor against 8 % and
+    11 % with a single-threaded one, sim graph at 30 Hz) and slowed the policy's inference
+    thread. Callbacks in an explicit group (a reentrant group for the planner's VQA and
+    RunTask, the recorder's own groups) and tasks (an action's execute) still go to the pool,
+    so a callback that blocks there keeps blocking nothing else.
+
+    Relies on rclpy's MultiThreadedExecutor internals (``_spin_once_impl``, ``_executor``,
+    ``_futures``) of the pinned rclpy version.
+    """
+
+    def _spin_once_impl(self, timeout_sec: Any = None,
+                        wait_condition: Callable[[], bool] = lambda: False) -> None:
+        try:
+            handler, entity, node = self.wait_for_ready_callbacks(timeout_sec, None,
+                                                                  wait_condition)
+        except (ExternalShutdownException, ShutdownException, TimeoutException,
+                ConditionReachedException):
+            return
+        if (entity is not None and node is not None
+                and entity.callback_group is node.default_callback_group):
+            handler()
+            handler.result()  # raise the callback's exception, as the stock executors do
+            return
+        self._executor.submit(handler)
+        self._futures.append(handler)
+        for future in self._futures[:]:
+            if future.done():
+                self._futures.remove(future)
+                future.result()
+
+
+EXECUTOR_ENV = 'LEROBOT_LANG_EXECUTOR'
+
+
+def make_executor(threads: int) -> MultiThreadedExecutor:
+    """The nodes' executor; ``LEROBOT_LANG_EXECUTOR=pool`` picks rclpy's stock one instead
+    (every callback on the pool), to measure the difference (bench/sim_graph.py --executor)."""
+    kind = os.environ.get(EXECUTOR_ENV, 'inline')
+    if kind == 'pool':
+        return MultiThreadedExecutor(num_threads=threads)
+    if kind != 'inline':
+        raise ValueError(f'{EXECUTOR_ENV}={kind!r}: expected inline (default) or pool')
+    return DefaultGroupInlineExecutor(num_threads=threads)
 
 
 class RclpyLogHandler(logging.Handler):
@@ -52,6 +105,29 @@ class RclpyLogHandler(logging.Handler):
 # hang the shutdown that follows.
 _stop_requested = False
 _spinning = False
+
+
+def _spin(executor: Any, node: Any, name: str) -> None:
+    """Spin until a stop is requested or the context ends; a raising callback is logged."""
+    errors = 0
+    while node.context.ok() and not _stop_requested:
+        try:
+            executor.spin_once(timeout_sec=0.2)
+        except ExternalShutdownException:
+            break
+        except Exception as exc:  # noqa: BLE001 - one failed callback must not end the node
+            if not node.context.ok():
+                break
+            # rclcpp would end the process here; a driver that exits drops torque and the arm
+            # with it, so report the callback's failure loudly and keep serving.
+            errors += 1
+            text = (f'a callback raised {type(exc).__name__}: {exc} ({errors} so far; the '
+                    'node goes on)')
+            if errors <= 3:  # the first ones with their traceback; then no log flood
+                rclpy.logging.get_logger(name).error(
+                    text + '\n' + ''.join(traceback.format_exception(exc)))
+            else:
+                rclpy.logging.get_logger(name).error(text, throttle_duration_sec=5.0)
 
 
 def _on_stop_signal(_signum: int, _frame: Any) -> None:
@@ -138,33 +214,20 @@ def run(factory: Callable[[], Any], args: list[str] | None = None, *, threads: i
             return 2
         nodes = list(built) if isinstance(built, (list, tuple)) else [built]
         node = nodes[0]
-        executor = MultiThreadedExecutor(num_threads=threads)
+        executor = make_executor(threads)
         for each in nodes:
             executor.add_node(each)
         _spinning = True
         if _stop_requested:  # the signal came between the node's creation and here
             return 0
-        errors = 0
-        # spin_once with a timeout, not spin(): Python runs the signal handler only when the
-        # main thread returns from the wait, which an idle node might never do.
-        while node.context.ok() and not _stop_requested:
-            try:
-                executor.spin_once(timeout_sec=0.2)
-            except ExternalShutdownException:
-                break
-            except Exception as exc:  # noqa: BLE001 - one failed callback must not end the node
-                if not node.context.ok():
-                    break
-                # rclcpp would end the process here; a driver that exits drops torque and the
-                # arm with it, so report the callback's failure loudly and keep serving.
-                errors += 1
-                text = (f'a callback raised {type(exc).__name__}: {exc} ({errors} so far; the '
-                        'node goes on)')
-                if errors <= 3:  # the first ones with their traceback; then no log flood
-                    rclpy.logging.get_logger(name).error(
-                        text + '\n' + ''.join(traceback.format_exception(exc)))
-                else:
-                    rclpy.logging.get_logger(name).error(text, throttle_duration_sec=5.0)
+        # The executor spins on its own thread: default-group callbacks run on it, and one
+        # that wedges (a hung driver call) must not keep the main thread, which handles the
+        # signals and the shutdown below, from stopping the node.
+        spinner = threading.Thread(target=_spin, args=(executor, node, name), name='ros-spin')
+        spinner.start()
+        while spinner.is_alive() and node.context.ok() and not _stop_requested:
+            spinner.join(0.2)  # the signal handler runs between joins
+        spinner.join(1.0)  # spin_once returns within its 0.2 s timeout, unless wedged
         return 0
     finally:
         # A second Ctrl-C must not interrupt close() (a driver disabling torque); the
