@@ -3,10 +3,12 @@
 Usage: python bench/image_transport.py [--seconds 10] [--width 640 --height 480]
 
 One publisher process (three topics, the cameras' sensor-data QoS) and two subscriber
-processes, run twice side by side in one invocation: with the project's shared-memory Fast DDS
-profile (config/fastdds_shm.xml, what `lerobot-lang` uses) and with Fast DDS's defaults. Each
-image carries its publish time (wall clock, one machine) and a sequence number; the
-subscribers report the delivered fraction and the latency p50/p99 per stream.
+processes, run three times side by side in one invocation: as the project's node processes run
+(the shared-memory Fast DDS profile config/fastdds_shm.xml that `lerobot-lang` selects, and
+the malloc thresholds every node sets, lerobot_lang_nodes/allocator.py), with the profile but
+glibc's malloc defaults, and with Fast DDS's and glibc's defaults. Each image carries its
+publish time (wall clock, one machine) and a sequence number; the subscribers report the
+delivered fraction and the latency p50/p99 per stream.
 
 Writes bench/reports/image_transport.{json,md}. DDS stays on this machine (a reserved private
 domain, discovery LOCALHOST); every process is stopped by its PID.
@@ -30,6 +32,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 REPORT_DIR = Path(__file__).resolve().parent / 'reports'
 CAMERAS = ('front', 'wrist', 'side')
+PROJECT = 'project nodes (shared memory, tuned malloc)'
+SHM_ONLY = 'shared memory, malloc defaults'
+DEFAULTS = 'Fast DDS and malloc defaults'
+MALLOC_ENV = 'LEROBOT_LANG_MALLOC'
 HZ = 30.0
 
 
@@ -37,7 +43,9 @@ def publisher(seconds: float, width: int, height: int, subscribers: int) -> int:
     import rclpy
     from sensor_msgs.msg import Image
 
+    from lerobot_lang_nodes.allocator import tune_allocator
     from lerobot_lang_nodes.nodes import qos
+    tune_allocator()  # as a node process does (LEROBOT_LANG_MALLOC=default: glibc's)
     rclpy.init()
     node = rclpy.create_node('image_bench_pub')
     pubs = {c: node.create_publisher(Image, f'bench/{c}/image_raw', qos.SENSOR)
@@ -73,7 +81,9 @@ def subscriber(seconds: float, out: Path, name: str) -> int:
     from rclpy.executors import SingleThreadedExecutor
     from sensor_msgs.msg import Image
 
+    from lerobot_lang_nodes.allocator import tune_allocator
     from lerobot_lang_nodes.nodes import qos
+    tune_allocator()
     rclpy.init()
     node = rclpy.create_node(name)
     got: dict[str, list[tuple[int, float]]] = {c: [] for c in CAMERAS}
@@ -131,7 +141,7 @@ def run_profile(label: str, env: dict[str, str], seconds: float, width: int, hei
 def markdown(report: dict[str, Any]) -> str:
     run = report['run']
     lines = ['# Image transport: three rgb8 streams at 30 Hz to two subscribers', '',
-             f"{run['width']}x{run['height']}, {run['seconds']} s per profile, both profiles in "
+             f"{run['width']}x{run['height']}, {run['seconds']} s per profile, all profiles in "
              f"one run on {run['machine']} ({run['date']}). Latency = receive time - publish "
              'time (one wall clock). Target: 100 % delivered, p50 at most 3 ms.', '',
              '| profile | min delivered | median p50 (ms) | max p99 (ms) |', '|---|---|---|---|']
@@ -139,12 +149,18 @@ def markdown(report: dict[str, Any]) -> str:
         if 'error' in r:
             lines.append(f"| {label} | error: {r['error']} | | |")
             continue
-        lines.append(f"| {label} | {r['min_delivered'] * 100:.1f} % | {r['median_p50_ms']} | "
+        lines.append(f"| {label} | {r['min_delivered'] * 100:.1f} % | "
+                     f"{round(r['median_p50_ms'], 3)} | "
                      f"{r['max_p99_ms']} |")
-    a, b = report['profiles'].get('shared memory'), report['profiles'].get('fastdds defaults')
-    if a and b and 'error' not in a and 'error' not in b and b['median_p50_ms']:
-        lines += ['', f"p50 shared memory / defaults: "
-                  f"{a['median_p50_ms'] / b['median_p50_ms']:.2f}"]
+    profiles = report['profiles']
+    base = profiles.get(DEFAULTS)
+    if base and 'error' not in base and base['median_p50_ms']:
+        lines.append('')
+        for label in (PROJECT, SHM_ONLY):
+            r = profiles.get(label)
+            if r and 'error' not in r:
+                lines.append(f"- p50 {label} / {DEFAULTS}: "
+                             f"{r['median_p50_ms'] / base['median_p50_ms']:.2f}")
     return '\n'.join(lines) + '\n'
 
 
@@ -172,11 +188,14 @@ def main(argv: list[str] | None = None) -> int:
     with domain_id() as domain:
         base = {**os.environ, 'ROS_AUTOMATIC_DISCOVERY_RANGE': 'LOCALHOST',
                 'ROS_DOMAIN_ID': str(domain)}
-        shm = dds.ros_environment(base, domain_id=domain)
-        shm['ROS_AUTOMATIC_DISCOVERY_RANGE'] = 'LOCALHOST'
-        defaults = {k: v for k, v in shm.items() if k != 'FASTDDS_DEFAULT_PROFILES_FILE'}
-        for label, env in (('shared memory', shm), ('fastdds defaults', defaults)):
-            profiles[label] = run_profile(label.replace(' ', '_'), env, args.seconds,
+        project = dds.ros_environment(base, domain_id=domain)
+        project['ROS_AUTOMATIC_DISCOVERY_RANGE'] = 'LOCALHOST'
+        project.pop(MALLOC_ENV, None)
+        shm_only = {**project, MALLOC_ENV: 'default'}
+        defaults = {k: v for k, v in shm_only.items() if k != 'FASTDDS_DEFAULT_PROFILES_FILE'}
+        for i, (label, env) in enumerate(((PROJECT, project), (SHM_ONLY, shm_only),
+                                          (DEFAULTS, defaults))):
+            profiles[label] = run_profile(f'profile{i}', env, args.seconds,
                                           args.width, args.height, tmp)
             print(label, json.dumps({k: v for k, v in profiles[label].items()
                                      if k != 'streams'}), flush=True)

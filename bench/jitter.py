@@ -1,6 +1,6 @@
 """Dispatch jitter of the control loops: the simulator and the driver, at 30 and 50 Hz, under load.
 
-Usage: python bench/jitter.py [--seconds 8] [--rates 30,50]
+Usage: python bench/jitter.py [--seconds 8] [--rates 30,50] [--priorities 0,50]
 
 For each loop (sim_bridge with MuJoCo and two cameras; so101_driver on the byte-level emulated
 arm), each rate and each load, the loop runs for --seconds while a probe keeps its queue full
@@ -11,8 +11,10 @@ Goal_Position write to the pan servo) give the jitter |interval - period|, as p5
 Loads, one at a time: `idle`; `generation`, a process running the planner's model generation
 in a loop (a tiny Idefics3 built offline, 48 new tokens per call, one torch thread, standing in
 for a planner that generates continuously); `cameras`, three 640x480 rgb8 streams at 30 Hz to
-two subscribers (bench/image_transport.py's processes). Target: p99 under 10 % of the period,
-and at most 1.1x the idle p99 under load.
+two subscribers (bench/image_transport.py's processes). Each loop runs with each of
+--priorities as its ``thread_priority`` (0: normal scheduling; 1..99: SCHED_FIFO, where the
+host allows it; the shipped defaults are 0 for sim_bridge and 50 for so101_driver). Target: p99
+under 10 % of the period, and at most 1.1x the idle p99 (same priority) under load.
 
 Writes bench/reports/jitter.{json,md}; a private ROS domain, discovery LOCALHOST, every process
 stopped by its PID.
@@ -125,7 +127,7 @@ def feed(probe, names: list[str], hz: float, now, positions, stop: threading.Eve
         stop.wait(1.0)
 
 
-def measure_sim(hz: float, seconds: float, tmp: Path) -> dict[str, float]:
+def measure_sim(hz: float, seconds: float, tmp: Path, priority: int) -> dict[str, float]:
     from rosgraph_msgs.msg import Clock
     from sensor_msgs.msg import JointState
 
@@ -136,7 +138,8 @@ def measure_sim(hz: float, seconds: float, tmp: Path) -> dict[str, float]:
     log.unlink(missing_ok=True)
     proc = NodeProcess('sim_bridge', node_command(
         'lerobot_lang_nodes.nodes.sim_bridge_node',
-        params={'ctrl_hz': hz, 'dispatch_log_path': str(log)}), tmp / 'sim_bridge.log')
+        params={'ctrl_hz': hz, 'dispatch_log_path': str(log), 'thread_priority': priority}),
+        tmp / 'sim_bridge.log')
     probe = RosProbe('jitter_sim_probe')
     stop = threading.Event()
     try:
@@ -160,10 +163,11 @@ def measure_sim(hz: float, seconds: float, tmp: Path) -> dict[str, float]:
         proc.stop()
     wall = np.array([json.loads(line)['wall'] for line in log.read_text().splitlines()
                      if line.endswith('}')])
-    return jitter(np.diff(wall[len(wall) // 4:]), 1.0 / hz)  # skip the start-up quarter
+    return {**jitter(np.diff(wall[len(wall) // 4:]), 1.0 / hz),  # skip the start-up quarter
+            **refused(tmp / 'sim_bridge.log')}
 
 
-def measure_driver(hz: float, seconds: float, tmp: Path) -> dict[str, float]:
+def measure_driver(hz: float, seconds: float, tmp: Path, priority: int) -> dict[str, float]:
     from std_srvs.srv import Trigger
 
     from lerobot_lang_msgs.msg import LanguageContext
@@ -179,7 +183,7 @@ def measure_driver(hz: float, seconds: float, tmp: Path) -> dict[str, float]:
     proc = NodeProcess('so101_driver', node_command(
         'lerobot_lang_nodes.nodes.so101_driver_node', params={
             'port': str(tmp / f'so101_{hz:.0f}'), 'calibration_path': str(cal), 'ctrl_hz': hz,
-            'timeout_margin_ms': 100.0}), tmp / 'so101_driver.log')
+            'timeout_margin_ms': 100.0, 'thread_priority': priority}), tmp / 'so101_driver.log')
     probe = RosProbe('jitter_arm_probe')
     stop = threading.Event()
     try:
@@ -204,7 +208,13 @@ def measure_driver(hz: float, seconds: float, tmp: Path) -> dict[str, float]:
         probe.close()
         proc.stop()
         emu.stop()
-    return jitter(np.diff(np.array(writes)), 1.0 / hz)
+    return {**jitter(np.diff(np.array(writes)), 1.0 / hz), **refused(tmp / 'so101_driver.log')}
+
+
+def refused(node_log: Path) -> dict[str, bool]:
+    """Whether the host refused the loop's real-time priority (the node logs why)."""
+    text = node_log.read_text(errors='replace') if node_log.exists() else ''
+    return {'priority_refused': 'SCHED_FIFO priority' in text and 'refused' in text}
 
 
 def markdown(report: dict[str, Any]) -> str:
@@ -216,10 +226,14 @@ def markdown(report: dict[str, Any]) -> str:
                 'shared the cores' if run.get('load_average_1min_at_end', 0) > 2.5 else '')
              + '). Jitter = |interval between consecutive dispatches - period|. '
              'Target: p99 under 10 % of the period, at most 1.1x the idle p99 under load.', '',
-             '| loop | rate | load | dispatches | p50 (ms) | p99 (ms) | p99 % of period | '
-             'p99 / idle p99 |', '|---|---|---|---|---|---|---|---|']
+             '| loop | rate | thread_priority | load | dispatches | p50 (ms) | p99 (ms) | '
+             'p99 % of period | p99 / idle p99 |', '|---|---|---|---|---|---|---|---|---|']
     for r in report['rows']:
-        lines.append(f"| {r['loop']} | {r['hz']:.0f} Hz | {r['load']} | {r.get('n', '-')} | "
+        prio = (f"SCHED_FIFO {r['priority']}" + (' (refused: normal)'
+                                                 if r.get('priority_refused') else '')
+                if r.get('priority') else 'normal')
+        lines.append(f"| {r['loop']} | {r['hz']:.0f} Hz | {prio} | {r['load']} | "
+                     f"{r.get('n', '-')} | "
                      f"{r.get('p50_ms', '-')} | {r.get('p99_ms', '-')} | "
                      f"{r.get('p99_pct_of_period', '-')} | {r.get('vs_idle', '-')} |")
     return '\n'.join(lines) + '\n'
@@ -233,6 +247,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument('--loads', type=lambda t: t.split(','),
                         default=['idle', 'generation', 'cameras'])
     parser.add_argument('--loops', type=lambda t: t.split(','), default=['sim', 'driver'])
+    parser.add_argument('--priorities', type=lambda t: [int(x) for x in t.split(',')],
+                        default=[0, 50], help='thread_priority values to compare')
     parser.add_argument('--out', type=Path, default=REPORT_DIR)
     args = parser.parse_args(argv)
     from domain_coordinator import domain_id
@@ -248,24 +264,24 @@ def main(argv: list[str] | None = None) -> int:
         os.environ.update(env)
         for loop in args.loops:
             for hz in args.rates:
-                idle_p99 = None
-                for load_kind in args.loads:
-                    load = Load(load_kind, args.seconds + 40, tmp, dict(os.environ))
-                    try:
-                        fn = measure_sim if loop == 'sim' else measure_driver
-                        row = {'loop': loop, 'hz': hz, 'load': load_kind,
-                               **fn(hz, args.seconds, tmp)}
-                    except Exception as exc:  # noqa: BLE001 - report it, measure the rest
-                        row = {'loop': loop, 'hz': hz, 'load': load_kind,
-                               'error': f'{type(exc).__name__}: {exc}'}
-                    finally:
-                        load.stop()
-                    if load_kind == 'idle':
-                        idle_p99 = row.get('p99_ms')
-                    elif idle_p99 and row.get('p99_ms') is not None:
-                        row['vs_idle'] = round(row['p99_ms'] / idle_p99, 2)
-                    rows.append(row)
-                    print(json.dumps(row), flush=True)
+                for priority in args.priorities:
+                    idle_p99 = None
+                    for load_kind in args.loads:
+                        row = {'loop': loop, 'hz': hz, 'priority': priority, 'load': load_kind}
+                        load = Load(load_kind, args.seconds + 40, tmp, dict(os.environ))
+                        try:
+                            fn = measure_sim if loop == 'sim' else measure_driver
+                            row.update(fn(hz, args.seconds, tmp, priority))
+                        except Exception as exc:  # noqa: BLE001 - report it, measure the rest
+                            row['error'] = f'{type(exc).__name__}: {exc}'
+                        finally:
+                            load.stop()
+                        if load_kind == 'idle':
+                            idle_p99 = row.get('p99_ms')
+                        elif idle_p99 and row.get('p99_ms') is not None:
+                            row['vs_idle'] = round(row['p99_ms'] / idle_p99, 2)
+                        rows.append(row)
+                        print(json.dumps(row), flush=True)
     report = {'run': {'seconds': args.seconds, 'date': time.strftime('%Y-%m-%d'),
                       'load_average_1min_at_end': round(os.getloadavg()[0], 2),
                       'machine': f'{platform.machine()}, {os.cpu_count()} cores'},

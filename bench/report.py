@@ -36,7 +36,7 @@ RUNS: list[tuple[str, list[str]]] = [
     ('task_time_latency', ['task_time.py', '--latencies', '0.05,0.15,0.4', '--episodes', '6',
                            '--name', 'task_time_latency']),
     ('image_transport', ['image_transport.py', '--seconds', '10']),
-    ('jitter', ['jitter.py', '--seconds', '8']),
+    ('jitter', ['jitter.py', '--seconds', '20']),
     ('operator_latency', ['operator_latency.py', '--repeats', '10']),
     ('sim_graph_640x480', ['sim_graph.py', '--sim-seconds', '60', '--name', 'sim_graph_640x480',
                            '--param', 'sim_bridge.image_width=640',

@@ -17,6 +17,7 @@ the refill rising edge so the policy starts its next inference at once). ``LoopE
 error policy: an unexpected exception pauses and holds, the loop goes on, and only
 ``max_in_row`` failing cycles in a row mean the loop cannot hold the robot any more.
 ``ThrottledLog`` keeps a failing 50 Hz loop from writing 50 lines a second.
+``set_realtime`` gives the loop's thread a real-time priority (``thread_priority``).
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ from __future__ import annotations
 from collections.abc import Callable
 import logging
 import math
+import os
+import sys
 import time
 
 from .errors import config_error
@@ -150,9 +153,46 @@ class ThrottledLog:
             logging.getLogger(__name__).log(level, text)
 
 
+# Python threads also queue for the GIL: one that asks for it waits up to the switch interval
+# (5 ms by default) before the holder is told to let go, whatever its scheduling priority.
+REALTIME_SWITCH_INTERVAL_S = 0.0005
+
+
+def set_realtime(priority: int) -> str:
+    """Run the calling thread under SCHED_FIFO at ``priority`` (1..99); 0 leaves it as it is.
+
+    Why: on a loaded host the fair scheduler wakes a sleeping loop thread milliseconds late
+    (bench/jitter.py); a real-time thread preempts normal ones as soon as its sleep ends. The
+    process's GIL switch interval is shortened too, or the woken thread would still wait for
+    whichever thread holds the interpreter. Call it in the loop's thread after any helper
+    threads that must not inherit the priority (a software renderer's) have been started.
+    Returns '' when applied, else why not: the loop then runs with normal scheduling.
+    """
+    if isinstance(priority, bool) or not (isinstance(priority, int) and 0 <= priority <= 99):
+        raise config_error('thread_priority', priority, 'an integer 0..99 (0: normal scheduling)')
+    if priority == 0:
+        return ''
+    if not hasattr(os, 'sched_setscheduler'):
+        return 'real-time scheduling is not available on this platform'
+    try:
+        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(priority))
+    except OSError as exc:
+        return (f'SCHED_FIFO priority {priority} refused ({exc.strerror or exc}); grant an '
+                'rtprio limit (e.g. "@realtime - rtprio 99" in /etc/security/limits.conf with '
+                'the user in group realtime) or CAP_SYS_NICE, or set thread_priority: 0')
+    sys.setswitchinterval(min(sys.getswitchinterval(), REALTIME_SWITCH_INTERVAL_S))
+    return ''
+
+
+def scheduling_label(priority: int, refused: str) -> str:
+    """What the loop runs under, for diagnostics."""
+    return f'SCHED_FIFO {priority}' if priority and not refused else 'normal'
+
+
 def python_logger_emit(log: logging.Logger) -> Callable[[int, str], None]:
     """An ``emit`` for ThrottledLog writing to a standard-library logger."""
     return lambda level, text: log.log(level, text)
 
 
-__all__ = ['Cadence', 'LoopErrors', 'LoopTicks', 'ThrottledLog', 'python_logger_emit']
+__all__ = ['Cadence', 'LoopErrors', 'LoopTicks', 'ThrottledLog', 'python_logger_emit',
+           'scheduling_label', 'set_realtime']

@@ -20,6 +20,7 @@ from rclpy.executors import (ConditionReachedException, ExternalShutdownExceptio
 from rclpy.signals import SignalHandlerOptions
 
 from lerobot_lang_nodes import graph
+from lerobot_lang_nodes.allocator import tune_allocator
 
 # Errors whose message already says what to do: log one line and exit, no traceback.
 STARTUP_ERRORS: tuple[type[BaseException], ...] = (ValueError, FileNotFoundError, LookupError,
@@ -174,6 +175,11 @@ def run(factory: Callable[[], Any], args: list[str] | None = None, *, threads: i
     composed planner + policy): they share one executor, and shut down in reverse order.
     Returns the process exit code: 0 after a clean stop, 2 when a node could not start.
     """
+    try:  # before DDS and the node allocate their first image-sized buffers
+        malloc = tune_allocator()
+    except ValueError as exc:
+        print(f'[{name}] cannot start: {exc}', file=sys.stderr)
+        return 2
     # rclpy's own SIGINT handler shuts the context down at once, so a node's close() could no
     # longer publish its last words (or finish a recording) over ROS. Handle Ctrl-C and
     # SIGTERM here instead: close() runs while the context is still valid.
@@ -193,6 +199,7 @@ def run(factory: Callable[[], Any], args: list[str] | None = None, *, threads: i
     stuck: list[threading.Thread] = []
     # Attached before the node exists, so what the core logs while the node starts (loading a
     # model, writing a calibration) goes through ROS logging too.
+    rclpy.logging.get_logger(name).debug(malloc)
     handler = RclpyLogHandler(rclpy.logging.get_logger(name))
     root = logging.getLogger('lerobot_lang_nodes')
     root.addHandler(handler)

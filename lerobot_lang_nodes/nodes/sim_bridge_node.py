@@ -20,7 +20,8 @@ from sensor_msgs.msg import CameraInfo, Image, JointState
 from std_msgs.msg import String
 
 from lerobot_lang_msgs.msg import LanguageContext, TaskOutcome
-from lerobot_lang_nodes.core.control_loop import Cadence, LoopErrors, LoopTicks
+from lerobot_lang_nodes.core.control_loop import (Cadence, LoopErrors, LoopTicks,
+                                                  scheduling_label, set_realtime)
 from lerobot_lang_nodes.core.safety import SafetyLimits
 from lerobot_lang_nodes.nodes import convert, qos, runner
 from lerobot_lang_nodes.nodes.bridge import SimulatorBridge
@@ -63,6 +64,11 @@ class SimBridgeConfig(ExecutionParams):
                'goal is reported.', 'range': (0.1, 100.0)})
     dispatch_log_path: str = field(default='', metadata={
         'doc': 'JSON-lines file recording every dispatched action; empty disables.'})
+    thread_priority: int = field(default=0, metadata={
+        'doc': 'SCHED_FIFO priority of the simulation thread (1..99; 0: normal scheduling). '
+               "Steadier wall-clock pacing on a loaded host; simulated time is the bridge's "
+               'own either way. Refused without an rtprio limit or CAP_SYS_NICE: the loop then '
+               'runs normally and says so (log and /diagnostics).', 'range': (0, 99)})
     default_task: str = field(default='put the red cube in the bowl', metadata={
         'doc': 'Task description published on sim/task_description.'})
 
@@ -99,6 +105,7 @@ class SimBridgeNode(SimulatorBridge, Node):
         self._hold = self.scene.joint_positions()
         self.loop_errors = LoopErrors()  # unexpected exceptions caught in the loop
         self._cadence: Cadence | None = None
+        self._scheduling_refused = ''  # why thread_priority could not be applied
         self.fault_hook = None  # tests: a callable run in each cycle (e.g. one that raises)
         self._init_bridge()
         self._joint_pub = self.create_publisher(JointState, 'joint_states', qos.SENSOR)
@@ -173,6 +180,8 @@ class SimBridgeNode(SimulatorBridge, Node):
         cadence = (Cadence(cfg.ctrl_hz * cfg.real_time_factor, time.monotonic(),
                            catch_up_s=CATCH_UP_S) if cfg.real_time_factor > 0 else None)
         self._cadence = cadence
+        if cfg.thread_priority:
+            self._enter_realtime()
         wall_start, sim_start = time.monotonic(), self.scene.sim_time
         report_at = wall_start + 30.0
         try:
@@ -229,13 +238,28 @@ class SimBridgeNode(SimulatorBridge, Node):
         finally:
             self.scene.close()  # the GL context belongs to this thread
 
+    def _enter_realtime(self) -> None:
+        """thread_priority, applied in the simulation thread after its first render."""
+        # The first render creates the GL context and a software renderer's worker threads,
+        # which must not inherit the real-time priority.
+        try:
+            if self.cfg.cameras:
+                self.scene.render(self.cfg.cameras[0])
+        except Exception as exc:  # noqa: BLE001 - the loop's first cycle reports it
+            self._scheduling_refused = f'not applied: the first render failed ({exc})'
+        else:
+            self._scheduling_refused = set_realtime(self.cfg.thread_priority)
+        if self._scheduling_refused:
+            self.get_logger().warning(f'simulation thread: {self._scheduling_refused}')
+
     def _on_loop_error(self, exc: Exception) -> None:
         """An unexpected exception in a cycle: pause (queue cleared), hold, report ERROR."""
         self._report_loop_error(exc)
         self.diagnostics.publish_now()
 
     def _diagnostic_status(self) -> tuple[str, str, dict]:
-        return self._loop_diagnostics({})
+        return self._loop_diagnostics({'loop.scheduling': scheduling_label(
+            self.cfg.thread_priority, self._scheduling_refused)})
 
     def _maybe_reset(self) -> None:
         request = self._take_reset_request()

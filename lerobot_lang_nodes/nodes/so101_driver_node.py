@@ -34,7 +34,8 @@ from std_msgs.msg import Float64
 from std_srvs.srv import Trigger
 
 from lerobot_lang_msgs.msg import ActionChunk, LanguageContext, RuntimeStatus
-from lerobot_lang_nodes.core.control_loop import Cadence, LoopTicks
+from lerobot_lang_nodes.core.control_loop import (Cadence, LoopTicks, scheduling_label,
+                                                  set_realtime)
 from lerobot_lang_nodes.core.executor import ChunkExecutor
 from lerobot_lang_nodes.nodes import convert, qos, runner
 from lerobot_lang_nodes.nodes.diagnostics import make_status
@@ -96,6 +97,11 @@ class So101DriverConfig(ExecutionParams):
         'range': (0.0, 1000.0)})
     retries: int = field(default=2, metadata={'doc': 'Bus retries after a failed transaction.',
                                               'range': (0, 10)})
+    thread_priority: int = field(default=50, metadata={
+        'doc': 'SCHED_FIFO priority of the control thread (1..99, as ros2_control; 0: normal '
+               'scheduling): the servos are read and written on time although the host is busy '
+               'with cameras and models. Refused without an rtprio limit or CAP_SYS_NICE: the '
+               'loop then runs normally and says so (log and /diagnostics).', 'range': (0, 99)})
 
 
 class So101DriverNode(LifecycleNode):
@@ -104,6 +110,7 @@ class So101DriverNode(LifecycleNode):
     def __init__(self) -> None:
         self._thread: threading.Thread | None = None
         self._running = False
+        self._scheduling_refused = ''  # why thread_priority could not be applied
         super().__init__('so101_driver')
         self.cfg = declare_config(self, So101DriverConfig)
         reject_unknown_parameters(self)
@@ -313,6 +320,9 @@ class So101DriverNode(LifecycleNode):
         # already skipped the late actions, so sprinting would play the rest early.
         cadence = Cadence(cfg.ctrl_hz, time.monotonic())
         self._cadence = cadence
+        self._scheduling_refused = set_realtime(cfg.thread_priority)
+        if self._scheduling_refused:
+            self.get_logger().warning(f'control thread: {self._scheduling_refused}')
         while self._running and self.context.ok():
             # A failed publish (DDS refused a write) costs one tick's outputs, never the loop:
             # the servos must keep being read, clamped and watched.
@@ -375,6 +385,8 @@ class So101DriverNode(LifecycleNode):
         convert.s_to_stamp(self._now() if now is None else now, arr.header.stamp)
         cadence = self._cadence
         loop = {f'loop.{k}': v for k, v in cadence.stats().items()} if cadence else {}
+        loop['loop.scheduling'] = scheduling_label(self.cfg.thread_priority,
+                                                   self._scheduling_refused)
         for st in self.host.diagnostics(loop):
             arr.status.append(make_status(f'so101_driver: {st.name}', self.cfg.port, st.level,
                                           st.message, st.values))

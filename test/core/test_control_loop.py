@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import logging
+import os
+import sys
+import threading
 
 import numpy as np
 import pytest
 
-from lerobot_lang_nodes.core.control_loop import Cadence, LoopErrors, LoopTicks, ThrottledLog
+from lerobot_lang_nodes.core.control_loop import (Cadence, LoopErrors, LoopTicks, ThrottledLog,
+                                                  scheduling_label, set_realtime)
 from lerobot_lang_nodes.core.errors import ConfigError
 from lerobot_lang_nodes.core.executor import Chunk, ChunkExecutor, DispatchLog, ExecutorConfig
 
@@ -115,3 +119,42 @@ def test_throttled_log_counts_what_it_suppressed_and_survives_a_broken_sink():
     def broken(level, text):
         raise ValueError('sink gone')
     ThrottledLog(broken)(logging.ERROR, 'still fine')  # must not raise
+
+
+def _in_thread(fn):
+    """Run fn in a fresh thread (scheduling is per thread) and return its result."""
+    out = {}
+    t = threading.Thread(target=lambda: out.update(r=fn()))
+    t.start()
+    t.join(10.0)
+    return out['r']
+
+
+@pytest.mark.skipif(not hasattr(os, 'sched_setscheduler'), reason='Linux scheduling API')
+def test_set_realtime_applies_sched_fifo_to_its_thread_or_says_why_not():
+    switch = sys.getswitchinterval()
+    try:
+        def attempt():
+            refused = set_realtime(20)
+            return refused, os.sched_getscheduler(0), os.sched_getparam(0).sched_priority
+        refused, policy, priority = _in_thread(attempt)
+        if refused:  # no rtprio limit / CAP_SYS_NICE here: normal scheduling and the fix
+            assert (policy, sys.getswitchinterval()) == (os.SCHED_OTHER, switch)
+            assert 'rtprio' in refused and 'thread_priority: 0' in refused
+            assert scheduling_label(20, refused) == 'normal'
+        else:
+            assert (policy, priority) == (os.SCHED_FIFO, 20)
+            assert sys.getswitchinterval() < switch  # a woken loop waits less for the GIL
+            assert scheduling_label(20, refused) == 'SCHED_FIFO 20'
+        # Only the calling thread changed; 0 leaves a thread as it is.
+        assert os.sched_getscheduler(0) == os.SCHED_OTHER
+        assert _in_thread(lambda: (set_realtime(0), os.sched_getscheduler(0))) == (
+            '', os.SCHED_OTHER)
+    finally:
+        sys.setswitchinterval(switch)
+
+
+@pytest.mark.parametrize('bad', [-1, 100, 1.5, True])
+def test_set_realtime_rejects_a_priority_outside_0_to_99(bad):
+    with pytest.raises(ConfigError, match='thread_priority'):
+        set_realtime(bad)

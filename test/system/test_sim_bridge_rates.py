@@ -46,3 +46,35 @@ def test_ground_truth_comes_at_truth_hz_and_status_at_status_hz(launch_node, pro
     assert _median_step(truth_t) == pytest.approx(round(30.0 / truth_hz) * period, abs=1e-3)
     assert _median_step(status_t) == pytest.approx(6 * period, abs=1e-3)
     assert sim.alive
+
+
+def test_thread_priority_puts_the_simulation_thread_alone_under_sched_fifo(launch_node, probe):
+    import os
+    import sys
+    from pathlib import Path
+
+    from diagnostic_msgs.msg import DiagnosticArray
+    if not sys.platform.startswith('linux'):
+        pytest.skip('/proc and SCHED_FIFO')
+    sim = launch_node('lerobot_lang_nodes.nodes.sim_bridge_node',
+                      params={'cameras': ['front'], 'thread_priority': 20})
+    diag = probe.subscribe(DiagnosticArray, 'diagnostics', qos.STATUS)
+
+    def scheduling():
+        for msg in diag.snapshot()[::-1]:
+            for st in msg.status:
+                values = {kv.key: kv.value for kv in st.values}
+                if 'loop.scheduling' in values:
+                    return values['loop.scheduling']
+        return None
+    label = wait_until(scheduling, 60.0, 'the simulation loop on /diagnostics', [sim])
+    refused = 'SCHED_FIFO priority 20 refused' in sim.log_text()
+    assert label == ('normal' if refused else 'SCHED_FIFO 20')
+    realtime = []
+    for stat in Path(f'/proc/{sim.proc.pid}/task').glob('*/stat'):
+        fields = stat.read_text().rsplit(')', 1)[1].split()
+        if int(fields[38]) in (os.SCHED_FIFO, os.SCHED_RR):  # stat fields 41 and 40
+            realtime.append((int(fields[37]), int(fields[38])))
+    # Not the renderer's worker threads, started by the first render before the switch.
+    assert realtime == ([] if refused else [(20, os.SCHED_FIFO)])
+    assert sim.alive
