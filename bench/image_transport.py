@@ -35,7 +35,6 @@ CAMERAS = ('front', 'wrist', 'side')
 PROJECT = 'project nodes (shared memory, tuned malloc)'
 SHM_ONLY = 'shared memory, malloc defaults'
 DEFAULTS = 'Fast DDS and malloc defaults'
-MALLOC_ENV = 'LEROBOT_LANG_MALLOC'
 HZ = 30.0
 
 
@@ -182,6 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     from domain_coordinator import domain_id
 
     from lerobot_lang_nodes import dds
+    from lerobot_lang_nodes.allocator import MALLOC_ENV
     out_dir = args.out or REPORT_DIR
     tmp = Path(tempfile.mkdtemp(prefix='image_bench_'))
     profiles: dict[str, Any] = {}

@@ -112,6 +112,20 @@ def format_param(value: Any) -> str:
     return str(value)
 
 
+def realtime_threads(pid: int) -> list[tuple[int, int]]:
+    """(rt_priority, policy) of each SCHED_FIFO / SCHED_RR thread of ``pid`` (Linux /proc)."""
+    found = []
+    for stat in Path(f'/proc/{pid}/task').glob('*/stat'):
+        try:
+            fields = stat.read_text().rsplit(')', 1)[1].split()  # after "pid (comm)"
+        except OSError:
+            continue  # the thread ended meanwhile
+        priority, policy = int(fields[37]), int(fields[38])  # fields 40 and 41 of stat
+        if policy in (os.SCHED_FIFO, os.SCHED_RR):
+            found.append((priority, policy))
+    return found
+
+
 def wait_until(predicate: Callable[[], Any], timeout_s: float, what: str,
                processes: Iterable[NodeProcess] = (), poll_s: float = 0.02) -> Any:
     """Poll ``predicate`` until truthy; fail with ``what`` and the logs of dead processes."""

@@ -31,6 +31,7 @@ from lerobot_lang_nodes.testing import (
     EmulatorProcess,
     NodeProcess,
     node_command,
+    realtime_threads,
     RosProbe,
     wait_until,
 )
@@ -452,21 +453,6 @@ def test_watchdog_and_step_limits_tighten_at_run_time_and_loosen_only_paused(arm
         assert set_double('command_timeout_s', WATCHDOG_S).successful
 
 
-def _realtime_threads(pid: int) -> list[tuple[int, int]]:
-    """(rt_priority, policy) of the process's real-time threads (/proc/<pid>/task/*/stat)."""
-    import os
-    found = []
-    for stat in Path(f'/proc/{pid}/task').glob('*/stat'):
-        try:
-            fields = stat.read_text().rsplit(')', 1)[1].split()  # after "pid (comm)"
-        except OSError:
-            continue  # the thread ended meanwhile
-        priority, policy = int(fields[37]), int(fields[38])  # fields 40 and 41 of stat
-        if policy in (os.SCHED_FIFO, os.SCHED_RR):
-            found.append((priority, policy))
-    return found
-
-
 @pytest.mark.skipif(not sys.platform.startswith('linux'), reason='/proc and SCHED_FIFO')
 def test_the_control_thread_runs_sched_fifo_or_reports_why_not(arm: Rig) -> None:
     import os
@@ -474,4 +460,4 @@ def test_the_control_thread_runs_sched_fifo_or_reports_why_not(arm: Rig) -> None
     arm.barrier()
     # thread_priority (default 50, as ros2_control): the control thread alone, where allowed.
     assert arm.arm_values()['loop.scheduling'] == ('normal' if refused else 'SCHED_FIFO 50')
-    assert _realtime_threads(arm.proc.proc.pid) == ([] if refused else [(50, os.SCHED_FIFO)])
+    assert realtime_threads(arm.proc.proc.pid) == ([] if refused else [(50, os.SCHED_FIFO)])

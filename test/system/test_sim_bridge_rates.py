@@ -16,7 +16,7 @@ from std_msgs.msg import String
 from lerobot_lang_msgs.msg import RuntimeStatus
 from lerobot_lang_nodes import graph
 from lerobot_lang_nodes.nodes import qos
-from lerobot_lang_nodes.testing import wait_until
+from lerobot_lang_nodes.testing import realtime_threads, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -51,7 +51,6 @@ def test_ground_truth_comes_at_truth_hz_and_status_at_status_hz(launch_node, pro
 def test_thread_priority_puts_the_simulation_thread_alone_under_sched_fifo(launch_node, probe):
     import os
     import sys
-    from pathlib import Path
 
     from diagnostic_msgs.msg import DiagnosticArray
     if not sys.platform.startswith('linux'):
@@ -70,11 +69,6 @@ def test_thread_priority_puts_the_simulation_thread_alone_under_sched_fifo(launc
     label = wait_until(scheduling, 60.0, 'the simulation loop on /diagnostics', [sim])
     refused = 'SCHED_FIFO priority 20 refused' in sim.log_text()
     assert label == ('normal' if refused else 'SCHED_FIFO 20')
-    realtime = []
-    for stat in Path(f'/proc/{sim.proc.pid}/task').glob('*/stat'):
-        fields = stat.read_text().rsplit(')', 1)[1].split()
-        if int(fields[38]) in (os.SCHED_FIFO, os.SCHED_RR):  # stat fields 41 and 40
-            realtime.append((int(fields[37]), int(fields[38])))
     # Not the renderer's worker threads, started by the first render before the switch.
-    assert realtime == ([] if refused else [(20, os.SCHED_FIFO)])
+    assert realtime_threads(sim.proc.pid) == ([] if refused else [(20, os.SCHED_FIFO)])
     assert sim.alive
