@@ -5,8 +5,10 @@ Usage: python bench/jitter.py [--seconds 8] [--rates 30,50] [--priorities 0,50]
 For each loop (sim_bridge with MuJoCo and two cameras; so101_driver on the byte-level emulated
 arm), each rate and each load, the loop runs for --seconds while a probe keeps its queue full
 (a chunk of two seconds, published every second). The intervals between consecutive dispatches
-(sim_bridge: the dispatch log's wall-clock stamp; driver: the emulator's stamp of every
-Goal_Position write to the pan servo) give the jitter |interval - period|, as p50 and p99.
+(the loop's dispatch log: the wall-clock instant each action was applied, or written to the
+serial port) give the jitter |interval - period|, as p50 and p99. Driver rows also give the
+jitter seen at the emulated arm (its stamp of each Goal_Position write to the pan servo), which
+adds the emulator's own scheduling (a normal-priority process reading a pseudo-terminal).
 
 Loads, one at a time: `idle`; `generation`, a process running the planner's model generation
 in a loop (a tiny Idefics3 built offline, 48 new tokens per call, one torch thread, standing in
@@ -36,6 +38,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from lerobot_lang_nodes.core.dispatch_file import read_dispatch_file
 
 BENCH = Path(__file__).resolve().parent
 REPORT_DIR = BENCH / 'reports'
@@ -161,8 +165,7 @@ def measure_sim(hz: float, seconds: float, tmp: Path, priority: int) -> dict[str
         stop.set()
         probe.close()
         proc.stop()
-    wall = np.array([json.loads(line)['wall'] for line in log.read_text().splitlines()
-                     if line.endswith('}')])
+    wall = np.array([r['wall'] for r in read_dispatch_file(log)])
     return {**jitter(np.diff(wall[len(wall) // 4:]), 1.0 / hz),  # skip the start-up quarter
             **refused(tmp / 'sim_bridge.log')}
 
@@ -176,6 +179,8 @@ def measure_driver(hz: float, seconds: float, tmp: Path, priority: int) -> dict[
                                                       save_calibration)
     from lerobot_lang_nodes.testing import EmulatorProcess, NodeProcess, RosProbe, node_command
     emu = EmulatorProcess(range(1, 7), link=tmp / f'so101_{hz:.0f}').start()
+    log = tmp / f'driver_{hz:.0f}.jsonl'
+    log.unlink(missing_ok=True)
     cal = tmp / 'calibration.json'
     save_calibration({j: MotorCalibration(i + 1, 0, 0, 0 if j == 'wrist_roll' else 1000,
                                           4095 if j == 'wrist_roll' else 3000)
@@ -183,7 +188,8 @@ def measure_driver(hz: float, seconds: float, tmp: Path, priority: int) -> dict[
     proc = NodeProcess('so101_driver', node_command(
         'lerobot_lang_nodes.nodes.so101_driver_node', params={
             'port': str(tmp / f'so101_{hz:.0f}'), 'calibration_path': str(cal), 'ctrl_hz': hz,
-            'timeout_margin_ms': 100.0, 'thread_priority': priority}), tmp / 'so101_driver.log')
+            'timeout_margin_ms': 100.0, 'thread_priority': priority,
+            'dispatch_log_path': str(log)}), tmp / 'so101_driver.log')
     probe = RosProbe('jitter_arm_probe')
     stop = threading.Event()
     try:
@@ -201,14 +207,20 @@ def measure_driver(hz: float, seconds: float, tmp: Path, priority: int) -> dict[
         t.start()
         time.sleep(2.0)
         emu.goal_writes(clear=True)
+        start = time.monotonic()
         time.sleep(seconds)
+        end = time.monotonic()
         writes = [w.stamp for w in emu.goal_writes(clear=True) if w.servo_id == 1]
     finally:
         stop.set()
         probe.close()
         proc.stop()
         emu.stop()
-    return {**jitter(np.diff(np.array(writes)), 1.0 / hz), **refused(tmp / 'so101_driver.log')}
+    wall = np.array([r['wall'] for r in read_dispatch_file(log) if start <= r['wall'] <= end])
+    arm = jitter(np.diff(np.array(writes)), 1.0 / hz)
+    return {**jitter(np.diff(wall), 1.0 / hz), 'at_arm_p50_ms': arm['p50_ms'],
+            'at_arm_p99_ms': arm['p99_ms'], 'at_arm_p99_pct': arm['p99_pct_of_period'],
+            **refused(tmp / 'so101_driver.log')}
 
 
 def refused(node_log: Path) -> dict[str, bool]:
@@ -226,8 +238,11 @@ def markdown(report: dict[str, Any]) -> str:
                 'shared the cores' if run.get('load_average_1min_at_end', 0) > 2.5 else '')
              + '). Jitter = |interval between consecutive dispatches - period|. '
              'Target: p99 under 10 % of the period, at most 1.1x the idle p99 under load.', '',
+             'Driver rows: the last column is the p99 at the emulated arm (its own stamp of '
+             'each write, emulator scheduling included).', '',
              '| loop | rate | thread_priority | load | dispatches | p50 (ms) | p99 (ms) | '
-             'p99 % of period | p99 / idle p99 |', '|---|---|---|---|---|---|---|---|---|']
+             'p99 % of period | p99 / idle p99 | at the arm: p99 (ms) |',
+             '|---|---|---|---|---|---|---|---|---|---|']
     for r in report['rows']:
         prio = (f"SCHED_FIFO {r['priority']}" + (' (refused: normal)'
                                                  if r.get('priority_refused') else '')
@@ -235,7 +250,8 @@ def markdown(report: dict[str, Any]) -> str:
         lines.append(f"| {r['loop']} | {r['hz']:.0f} Hz | {prio} | {r['load']} | "
                      f"{r.get('n', '-')} | "
                      f"{r.get('p50_ms', '-')} | {r.get('p99_ms', '-')} | "
-                     f"{r.get('p99_pct_of_period', '-')} | {r.get('vs_idle', '-')} |")
+                     f"{r.get('p99_pct_of_period', '-')} | {r.get('vs_idle', '-')} | "
+                     f"{r.get('at_arm_p99_ms', '-')} |")
     return '\n'.join(lines) + '\n'
 
 

@@ -48,6 +48,10 @@ class ExecutionParams(ExecutorParams):
         'doc': 'Chunks with values further than this outside the joint limits are rejected '
                'as invalid (degrees sent as radians, garbage); values inside the margin are '
                'clamped to the limits.', 'range': (0.0, 10.0)})
+    dispatch_log_path: str = field(default='', metadata={
+        'doc': 'JSON-lines file with one line per action sent to the robot: loop time, '
+               'wall-clock instant after the write, chunk, step and the clamped action '
+               '(core/dispatch_file.py); empty disables.'})
 
 
 def make_executor(params: ExecutorParams, action_names: tuple[str, ...], ctrl_hz: float,

@@ -1,8 +1,10 @@
 """`sim_bridge` node: the MuJoCo SO-101 scene as a robot on ROS, with /clock in sim time.
 
-One thread owns the scene (physics and the GL renderer must stay on one thread): each control
-period it asks the core ChunkExecutor for the action due now, applies the same safety limits
-as the real driver, steps physics, and publishes clock, joint states, images and status.
+One thread owns the scene: each control period it asks the core ChunkExecutor for the action
+due now, applies the same safety limits as the real driver, steps physics, and publishes
+clock, joint states and status. At each camera tick it hands a copy of the scene's state to a
+render thread (its own GL context), which publishes the images stamped with that state's sim
+time: drawing two cameras in the loop outlasted a 50 Hz period.
 """
 
 from __future__ import annotations
@@ -11,7 +13,6 @@ import json
 import threading
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 from rclpy.impl.implementation_singleton import rclpy_implementation as _rclpy
@@ -22,6 +23,7 @@ from std_msgs.msg import String
 from lerobot_lang_msgs.msg import LanguageContext, TaskOutcome
 from lerobot_lang_nodes.core.control_loop import (Cadence, LoopErrors, LoopTicks,
                                                   scheduling_label, set_realtime)
+from lerobot_lang_nodes.core.dispatch_file import DispatchFile
 from lerobot_lang_nodes.core.safety import SafetyLimits
 from lerobot_lang_nodes.nodes import convert, qos, runner
 from lerobot_lang_nodes.nodes.bridge import SimulatorBridge
@@ -56,14 +58,13 @@ class SimBridgeConfig(ExecutionParams):
     image_height: int = field(default=240, metadata={'doc': 'Rendered image height (px).',
                                                      'range': (16, 1080)})
     camera_hz: float = field(default=10.0, metadata={
-        'doc': 'Image publish rate (sim Hz); each frame costs ~10-40 ms of CPU per camera.',
+        'doc': 'Image publish rate (sim Hz). Frames are drawn on a render thread (~10-40 ms '
+               'of CPU per camera); a camera tick during a frame is skipped and counted.',
         'range': (0.1, 60.0)})
     truth_hz: float = field(default=10.0, metadata={
         'doc': 'Rate of sim/ground_truth and sim/task_outcome (sim Hz): how often the scripted '
                'planner sees the scene (a learned one sees camera_hz frames) and how soon a met '
                'goal is reported.', 'range': (0.1, 100.0)})
-    dispatch_log_path: str = field(default='', metadata={
-        'doc': 'JSON-lines file recording every dispatched action; empty disables.'})
     thread_priority: int = field(default=0, metadata={
         'doc': 'SCHED_FIFO priority of the simulation thread (1..99; 0: normal scheduling). '
                "Steadier wall-clock pacing on a loaded host; simulated time is the bridge's "
@@ -78,6 +79,7 @@ class SimBridgeNode(SimulatorBridge, Node):
 
     def __init__(self) -> None:
         self._thread: threading.Thread | None = None
+        self._camera_worker = None
         self._running = False
         super().__init__('sim_bridge')
         self.cfg = declare_config(self, SimBridgeConfig)
@@ -91,11 +93,8 @@ class SimBridgeNode(SimulatorBridge, Node):
         self.safety = SafetyLimits(lower=lower, upper=upper,
                                    max_relative=self.cfg.max_relative_target_rad or None)
         watch_runtime_parameters(self, SimBridgeConfig, self._apply_parameters)
-        self._dispatch_log = None
-        if self.cfg.dispatch_log_path:
-            path = Path(self.cfg.dispatch_log_path)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            self._dispatch_log = path.open('a', buffering=1)
+        self._dispatch_log = (DispatchFile(self.cfg.dispatch_log_path)
+                              if self.cfg.dispatch_log_path else None)
         self.chunk_executor = make_executor(self.cfg, self.joint_names, self.cfg.ctrl_hz,
                                             lower, upper, on_dispatch=self._on_dispatch)
         self._reset_count = 0
@@ -118,6 +117,13 @@ class SimBridgeNode(SimulatorBridge, Node):
         self._task_desc_pub = self.create_publisher(String, 'sim/task_description', qos.LATCHED)
         self._have_context = False
         self._task_desc_pub.publish(String(data=self.cfg.default_task))
+        if self.cfg.cameras:
+            from lerobot_lang_nodes.sim.camera_worker import CameraWorker
+            # Started here, on the main thread: with thread_priority the simulation thread
+            # runs SCHED_FIFO, which the renderer's threads must not inherit.
+            self._camera_worker = CameraWorker(self.scene.model, self.scene.image_size,
+                                               self.cfg.cameras, self._publish_frames,
+                                               render_stats=self.scene.stats)
         self.diagnostics = DiagnosticsPublisher(self, 'simulation loop', self._diagnostic_status)
         self._running = True
         self._thread = threading.Thread(target=self._loop, name='sim-loop', daemon=True)
@@ -163,10 +169,8 @@ class SimBridgeNode(SimulatorBridge, Node):
 
     def _on_dispatch(self, sequence: int, revision: int, step: int, action: np.ndarray) -> None:
         if self._dispatch_log is not None:
-            self._dispatch_log.write(json.dumps({
-                't': round(self.scene.sim_time, 6), 'wall': round(time.monotonic(), 6),
-                'sequence': sequence, 'revision': revision,
-                'step': step, 'action': [round(float(a), 6) for a in action]}) + '\n')
+            self._dispatch_log.write(self.scene.sim_time, time.monotonic(), sequence, revision,
+                                     step, action)
 
     # --- the simulation thread ------------------------------------------------------------
     def _loop(self) -> None:
@@ -181,7 +185,9 @@ class SimBridgeNode(SimulatorBridge, Node):
                            catch_up_s=CATCH_UP_S) if cfg.real_time_factor > 0 else None)
         self._cadence = cadence
         if cfg.thread_priority:
-            self._enter_realtime()
+            self._scheduling_refused = set_realtime(cfg.thread_priority)
+            if self._scheduling_refused:
+                self.get_logger().warning(f'simulation thread: {self._scheduling_refused}')
         wall_start, sim_start = time.monotonic(), self.scene.sim_time
         report_at = wall_start + 30.0
         try:
@@ -210,8 +216,8 @@ class SimBridgeNode(SimulatorBridge, Node):
                 try:
                     self._publish_clock(now)
                     self._publish_joints(now)
-                    if ticks.due('camera'):
-                        self._publish_images(now)
+                    if ticks.due('camera') and self._camera_worker is not None:
+                        self._camera_worker.offer(self.scene.data, now)
                     # Publish at once when the queue crosses the refill threshold, so the
                     # policy starts the next inference without waiting for the periodic status.
                     if ticks.due('status') or refill:
@@ -235,22 +241,6 @@ class SimBridgeNode(SimulatorBridge, Node):
             if self.context.ok():
                 raise
             # Ctrl-C shut the context down between the loop check and a publish: stopping.
-        finally:
-            self.scene.close()  # the GL context belongs to this thread
-
-    def _enter_realtime(self) -> None:
-        """thread_priority, applied in the simulation thread after its first render."""
-        # The first render creates the GL context and a software renderer's worker threads,
-        # which must not inherit the real-time priority.
-        try:
-            if self.cfg.cameras:
-                self.scene.render(self.cfg.cameras[0])
-        except Exception as exc:  # noqa: BLE001 - the loop's first cycle reports it
-            self._scheduling_refused = f'not applied: the first render failed ({exc})'
-        else:
-            self._scheduling_refused = set_realtime(self.cfg.thread_priority)
-        if self._scheduling_refused:
-            self.get_logger().warning(f'simulation thread: {self._scheduling_refused}')
 
     def _on_loop_error(self, exc: Exception) -> None:
         """An unexpected exception in a cycle: pause (queue cleared), hold, report ERROR."""
@@ -258,8 +248,20 @@ class SimBridgeNode(SimulatorBridge, Node):
         self.diagnostics.publish_now()
 
     def _diagnostic_status(self) -> tuple[str, str, dict]:
-        return self._loop_diagnostics({'loop.scheduling': scheduling_label(
-            self.cfg.thread_priority, self._scheduling_refused)})
+        extra = {'loop.scheduling': scheduling_label(self.cfg.thread_priority,
+                                                     self._scheduling_refused)}
+        worker = self._camera_worker
+        if worker is not None:
+            st = worker.stats
+            extra.update({'camera.frames': st.frames, 'camera.skipped_ticks': st.skipped,
+                          'camera.render_errors': st.errors,
+                          'camera.last_render_error': st.last_error})
+        level, message, values = self._loop_diagnostics(extra)
+        if level == 'ok' and worker is not None and (st.errors or not worker.alive):
+            level = 'warn'
+            message += (f'; cameras: {st.errors} frames lost ({st.last_error})' if st.errors
+                        else '; cameras: the render thread ended')
+        return level, message, values
 
     def _maybe_reset(self) -> None:
         request = self._take_reset_request()
@@ -283,18 +285,27 @@ class SimBridgeNode(SimulatorBridge, Node):
         convert.s_to_stamp(now, msg.header.stamp)
         self._joint_pub.publish(msg)
 
-    def _publish_images(self, now: float) -> None:
-        for cam in self.cfg.cameras:
-            frame = f'{cam}_camera_optical_frame'
-            self._image_pubs[cam].publish(convert.rgb_to_image(self.scene.render(cam), now,
-                                                               frame))
-            info = self.scene.camera_info(cam)
-            msg = CameraInfo(height=info.height, width=info.width, distortion_model='plumb_bob',
-                             d=[0.0] * 5, k=info.k, p=info.p,
-                             r=[1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0])
-            convert.s_to_stamp(now, msg.header.stamp)
-            msg.header.frame_id = frame
-            self._info_pubs[cam].publish(msg)
+    def _publish_frames(self, now: float, images: dict[str, np.ndarray]) -> None:
+        """The render thread's output: one image and camera info per camera, at ``now``."""
+        try:
+            for cam, image in images.items():
+                self._publish_image(cam, image, now)
+        except _rclpy.RCLError as exc:
+            if not self.context.ok():
+                from lerobot_lang_nodes.sim.camera_worker import RenderStopped
+                raise RenderStopped from exc
+            self._publish_failed(exc)
+
+    def _publish_image(self, cam: str, image: np.ndarray, now: float) -> None:
+        frame = f'{cam}_camera_optical_frame'
+        self._image_pubs[cam].publish(convert.rgb_to_image(image, now, frame))
+        info = self.scene.camera_info(cam)
+        msg = CameraInfo(height=info.height, width=info.width, distortion_model='plumb_bob',
+                         d=[0.0] * 5, k=info.k, p=info.p,
+                         r=[1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0])
+        convert.s_to_stamp(now, msg.header.stamp)
+        msg.header.frame_id = frame
+        self._info_pubs[cam].publish(msg)
 
     def _publish_world(self, now: float) -> None:
         """Ground truth and the goal's outcome (at truth_hz, and after a reset)."""
@@ -318,6 +329,8 @@ class SimBridgeNode(SimulatorBridge, Node):
         self._running = False
         if self._thread is not None:
             self._thread.join(timeout=10.0)
+        if self._camera_worker is not None:
+            self._camera_worker.close()
         if self._dispatch_log is not None:
             self._dispatch_log.close()
 

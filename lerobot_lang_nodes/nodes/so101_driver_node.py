@@ -36,6 +36,7 @@ from std_srvs.srv import Trigger
 from lerobot_lang_msgs.msg import ActionChunk, LanguageContext, RuntimeStatus
 from lerobot_lang_nodes.core.control_loop import (Cadence, LoopTicks, scheduling_label,
                                                   set_realtime)
+from lerobot_lang_nodes.core.dispatch_file import DispatchFile
 from lerobot_lang_nodes.core.executor import ChunkExecutor
 from lerobot_lang_nodes.nodes import convert, qos, runner
 from lerobot_lang_nodes.nodes.diagnostics import make_status
@@ -127,6 +128,9 @@ class So101DriverNode(LifecycleNode):
         self.calibration = load_calibration(cfg.calibration_id or None,
                                             cfg.calibration_path or None)
         self.joint_names = tuple(JOINT_NAMES)
+        self._dispatch_log = (DispatchFile(cfg.dispatch_log_path)
+                              if cfg.dispatch_log_path else None)
+        self._dispatching: tuple[int, int, int] = (0, 0, 0)  # the executor's last action
         self.chunk_executor = self._make_executor()
         self.fault_hook = None  # tests: a callable run in each cycle (e.g. one that raises)
         self.host = So101ControlHost(
@@ -200,7 +204,11 @@ class So101DriverNode(LifecycleNode):
         from lerobot_lang_nodes.so101.units import JointConverter
         units = JointConverter(self.calibration)
         return make_executor(self.cfg, self.joint_names, self.cfg.ctrl_hz, units.lower_rad,
-                             units.upper_rad)
+                             units.upper_rad, on_dispatch=self._on_dispatch)
+
+    def _on_dispatch(self, sequence: int, revision: int, step: int, _action) -> None:
+        # Called inside host.cycle() before the write; logged once the write has happened.
+        self._dispatching = (sequence, revision, step)
 
     def _make_robot(self) -> So101Robot:
         cfg = self.cfg
@@ -329,8 +337,12 @@ class So101DriverNode(LifecycleNode):
             try:
                 if self.fault_hook is not None:
                     self.fault_hook()
-                state = self.host.cycle().state
+                cycle = self.host.cycle()
+                state = cycle.state
                 now = self._now()
+                if cycle.goal is not None and self._dispatch_log is not None:
+                    self._dispatch_log.write(now, time.monotonic(), *self._dispatching,
+                                             cycle.goal)
                 if state is not None:
                     self._publish_joints(state, now)
                 refill = ticks.refill_edge(self.chunk_executor.needs_refill())
@@ -395,6 +407,8 @@ class So101DriverNode(LifecycleNode):
     def close(self) -> None:
         """Process exit: stop the thread, torque off (when configured), close the port."""
         self._release()
+        if self._dispatch_log is not None:
+            self._dispatch_log.close()
 
 
 def main(args: list[str] | None = None) -> int:

@@ -285,6 +285,18 @@ def build_model(cfg: SceneConfig = SceneConfig(), image_size: tuple[int, int] = 
     return build_spec(cfg, image_size).compile()
 
 
+def make_renderer(model: mujoco.MjModel, image_size: tuple[int, int]) -> mujoco.Renderer:
+    """An offscreen renderer of ``image_size`` (height, width); its GL context is bound to
+    the calling thread. Shadows, reflections and the skybox are off (render time)."""
+    height, width = image_size
+    renderer = mujoco.Renderer(model, height=height, width=width)
+    flags = renderer.scene.flags
+    flags[mujoco.mjtRndFlag.mjRND_SHADOW] = 0
+    flags[mujoco.mjtRndFlag.mjRND_REFLECTION] = 0
+    flags[mujoco.mjtRndFlag.mjRND_SKYBOX] = 0
+    return renderer
+
+
 class So101Scene:
     """Owns one MuJoCo model/data, the seeded layout randomisation and an offscreen renderer."""
 
@@ -433,12 +445,7 @@ class So101Scene:
     def _ensure_renderer(self) -> mujoco.Renderer:
         me = threading.get_ident()
         if self._renderer is None:
-            height, width = self.image_size
-            self._renderer = mujoco.Renderer(self.model, height=height, width=width)
-            flags = self._renderer.scene.flags
-            flags[mujoco.mjtRndFlag.mjRND_SHADOW] = 0
-            flags[mujoco.mjtRndFlag.mjRND_REFLECTION] = 0
-            flags[mujoco.mjtRndFlag.mjRND_SKYBOX] = 0
+            self._renderer = make_renderer(self.model, self.image_size)
             self._render_thread = me
         elif me != self._render_thread:
             raise SceneThreadError(

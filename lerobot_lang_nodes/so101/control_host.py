@@ -28,6 +28,8 @@ import time
 import traceback
 from typing import Any
 
+import numpy as np
+
 from lerobot_lang_nodes.core.control_loop import LoopErrors, ThrottledLog, python_logger_emit
 from lerobot_lang_nodes.core.executor import MODE_ACTION, ChunkExecutor
 from lerobot_lang_nodes.so101 import protocol
@@ -64,7 +66,11 @@ class DiagStatus:
 @dataclass
 class CycleResult:
     state: RobotState | None = None  # what was read this cycle (None: nothing read)
-    wrote_goal: bool = False
+    goal: np.ndarray | None = None  # the clamped goal written this cycle (None: no write)
+
+    @property
+    def wrote_goal(self) -> bool:
+        return self.goal is not None
 
 
 class So101ControlHost:
@@ -236,8 +242,8 @@ class So101ControlHost:
                     return result
                 action = self.executor.tick(self._now())
                 if action is not None:
-                    robot.write_goal(action)  # clamps: calibrated range + max_relative_target
-                    result.wrote_goal = True
+                    # Clamped to the calibrated range and max_relative_target.
+                    result.goal = robot.write_goal(action)
                     self._last_action_s = self._mono()
                     self._watchdog_holding = False
                 elif self.executor.mode == MODE_ACTION:

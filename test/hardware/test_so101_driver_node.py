@@ -63,7 +63,7 @@ class Rig:
             'port': str(tmp / 'so101'), 'calibration_path': str(cal), 'ctrl_hz': CTRL_HZ,
             'max_relative_target_rad': MAX_REL, 'command_timeout_s': WATCHDOG_S,
             'timeout_margin_ms': 100.0, 'reconnect_period_s': 0.2, 'diagnostics_hz': 5.0,
-            'status_hz': 10.0})
+            'status_hz': 10.0, 'dispatch_log_path': str(tmp / 'dispatch.jsonl')})
         self.proc = NodeProcess('so101_driver', argv, tmp / 'so101_driver.log')
         self.probe = RosProbe('driver_probe')
         self.joints = self.probe.subscribe(JointState, 'joint_states', qos.SENSOR)
@@ -222,6 +222,28 @@ def test_max_relative_target_clamps_against_present(arm: Rig) -> None:
     arm.barrier()
     assert max(pan_writes()) <= clamped + 2, (pan_writes(), clamped)  # never further
     assert abs(max(pan_writes()) - (before + 1.0 / RAD_PER_STEP)) > 100
+
+
+def test_dispatch_log_records_each_write_as_clamped(arm: Rig) -> None:
+    from lerobot_lang_nodes.core.dispatch_file import read_dispatch_file
+    log = arm.tmp / 'dispatch.jsonl'
+    assert arm.call('resume').success
+    before = arm.present()
+    arm.send(arm.hold_chunk(1.0, horizon=1), ahead_s=0.5)  # beyond MAX_REL: clamped
+    sequence = arm.sequence
+    line = arm.wait(lambda: next((r for r in read_dispatch_file(log)
+                                  if r['sequence'] == sequence), None),
+                    'the written action in the dispatch log')
+    assert line['revision'] == REVISION and line['step'] == 0
+    # What was written, after the clamp, not what the chunk asked for.
+    assert line['action'][0] == pytest.approx((before - 2000) * RAD_PER_STEP + MAX_REL,
+                                              abs=3 * RAD_PER_STEP)
+    written = arm.wait(lambda: [w.goal for w in arm.emu.goal_writes() if w.servo_id == PAN
+                                and abs(w.goal - steps_of(line['action'][0])) <= 1],
+                       'the same goal received by the servo')
+    assert written
+    walls = [r['wall'] for r in read_dispatch_file(log)]
+    assert walls == sorted(walls) and all(r['t'] > 0 for r in read_dispatch_file(log))
 
 
 def test_watchdog_holds_present_position(arm: Rig) -> None:

@@ -72,3 +72,39 @@ def test_thread_priority_puts_the_simulation_thread_alone_under_sched_fifo(launc
     # Not the renderer's worker threads, started by the first render before the switch.
     assert realtime_threads(sim.proc.pid) == ([] if refused else [(20, os.SCHED_FIFO)])
     assert sim.alive
+
+
+def test_frames_come_from_the_render_thread_stamped_on_the_control_grid(launch_node, probe):
+    from diagnostic_msgs.msg import DiagnosticArray
+    from sensor_msgs.msg import Image, JointState
+    sim = launch_node('lerobot_lang_nodes.nodes.sim_bridge_node',
+                      params={'cameras': ['front', 'wrist'], 'camera_hz': 10.0})
+    front = probe.subscribe(Image, 'cameras/front/image_raw', qos.SENSOR)
+    wrist = probe.subscribe(Image, 'cameras/wrist/image_raw', qos.SENSOR)
+    joints = probe.subscribe(JointState, 'joint_states', qos.SENSOR)
+    diag = probe.subscribe(DiagnosticArray, 'diagnostics', qos.STATUS)
+    wait_until(lambda: len(front) >= 8 and len(wrist) >= 8, 60.0, 'camera frames', [sim])
+
+    def stamp(msg) -> int:
+        return msg.header.stamp.sec * 10**9 + msg.header.stamp.nanosec
+    images = [stamp(m) for m in front.snapshot()]
+    # A frame shows the state of one control tick and carries its sim time: every image stamp
+    # is on the grid of joint_states stamps (a best-effort message may be missing, so the grid,
+    # not set equality), 3 ticks (0.1 s at 30 Hz) apart; both cameras drew the same ticks.
+    ref, period = stamp(joints.snapshot()[0]), 1e9 / 30.0
+    offsets = [(s - ref) / period for s in images]
+    assert all(abs(o - round(o)) < 1e-3 for o in offsets), offsets
+    steps = [b - a for a, b in zip(images, images[1:])]
+    assert statistics.median(steps) == pytest.approx(0.1e9, abs=1e6)
+    assert set(images[-5:]) <= {stamp(m) for m in wrist.snapshot()}
+
+    def camera_values():
+        for msg in diag.snapshot()[::-1]:
+            for st in msg.status:
+                values = {kv.key: kv.value for kv in st.values}
+                if 'camera.frames' in values:
+                    return values
+        return None
+    values = wait_until(camera_values, 30.0, 'camera counters on /diagnostics', [sim])
+    assert int(values['camera.frames']) > 0 and values['camera.render_errors'] == '0'
+    assert sim.alive
