@@ -32,7 +32,7 @@ RUNS: list[tuple[str, list[str]]] = [
     ('sim_graph', ['sim_graph.py', '--sim-seconds', '60']),
     ('sim_graph_pool_executor', ['sim_graph.py', '--sim-seconds', '60', '--executor', 'pool',
                                  '--name', 'sim_graph_pool_executor']),
-    ('task_time', ['task_time.py', '--episodes', '10']),
+    ('task_time', ['task_time.py', '--episodes', '10', '--reaction-load', 'generation']),
     ('task_time_latency', ['task_time.py', '--latencies', '0.05,0.15,0.4', '--episodes', '6',
                            '--name', 'task_time_latency']),
     ('image_transport', ['image_transport.py', '--seconds', '10']),

@@ -18,7 +18,8 @@ Writes bench/reports/task_time.{json,md}: per configuration the median task time
 the expert's on the same episodes, successes, starved ticks and stale discards; and (unless
 --no-interjections) the reaction to an interjection on the first configuration's graph: one
 "use the <next colour> cube instead" per episode, timed to the planner's re-plan and to the
-first dispatched action of it.
+first dispatched action of it; with --reaction-load generation, the interjections are timed
+again while another process runs the planner's model generation in a loop (a CPU load).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from lerobot_lang_nodes.core.dispatch_file import read_dispatch_file  # noqa: E402
 from sim_graph import (REPORT_DIR, parse_override, private_ros_domain,  # noqa: E402
                        start_nodes, write_params)
 
@@ -198,6 +200,7 @@ def interjection_reactions(overrides: list, plan: list[tuple[int, str]], env: di
 
     planner_s: list[float | None] = []
     reactions: list[float | None] = []
+    walls: list[float | None] = []
     with RunningGraph('interjection', overrides, env) as g:
         for k, (seed, task) in enumerate(plan):
             mark = len(g.context)
@@ -212,34 +215,38 @@ def interjection_reactions(overrides: list, plan: list[tuple[int, str]], env: di
             text = f'use the {COLOURS[(k + 1) % len(COLOURS)]} cube instead'
             mark = len(g.context)
             ti = g.sim_now()
+            wall_i = time.monotonic()
             g.interjection_pub.publish(String(data=text))
             ctx = g.context.wait_for(lambda m, r=before.flush_revision: m.flush_revision > r,
                                      timeout_s=30.0, since=mark,
                                      what=f'the re-plan after {text!r}')
             planner_s.append(round(ctx.header.stamp.sec + ctx.header.stamp.nanosec * 1e-9
                                    - ti, 3))
-            reaction = None
+            row = None
             deadline = time.monotonic() + 30.0
-            while reaction is None and time.monotonic() < deadline:
-                reaction = first_dispatch_after(g.dispatch_log, ti, min_revision=ctx.revision)
-                if reaction is None:
+            while row is None and time.monotonic() < deadline:
+                row = first_dispatch_row(g.dispatch_log, ti, min_revision=ctx.revision)
+                if row is None:
                     g.sim_now()  # wait a tick
-            reactions.append(reaction)
+            reactions.append(round(row['t'] - ti, 3) if row else None)
+            walls.append(round(row['wall'] - wall_i, 3) if row else None)
             print(f'  interjection {text!r} in {task!r}: planner {planner_s[-1]} s, first '
-                  f'action {reaction} s', flush=True)
-    return {'planner_s': planner_s, 'reactions_s': reactions, 'after_s': after_s,
-            'overrides': [f'{n}.{k}={v!r}' for n, k, v in overrides]}
+                  f'action {reactions[-1]} s ({walls[-1]} s wall)', flush=True)
+    return {'planner_s': planner_s, 'reactions_s': reactions, 'reactions_wall_s': walls,
+            'after_s': after_s, 'overrides': [f'{n}.{k}={v!r}' for n, k, v in overrides]}
+
+
+def first_dispatch_row(dispatch_log: Path, t0: float, min_revision: int = 0) -> dict | None:
+    """The first action the simulator dispatched after sim time t0 (a task or an interjection
+    sent), of a chunk conditioned on ``min_revision`` or newer; its dispatch-log record."""
+    return next((row for row in read_dispatch_file(dispatch_log)
+                 if row['t'] > t0 and row['revision'] >= min_revision), None)
 
 
 def first_dispatch_after(dispatch_log: Path, t0: float, min_revision: int = 0) -> float | None:
-    """Sim seconds from t0 (a task or an interjection sent) to the first action the simulator
-    dispatched after it, of a chunk conditioned on ``min_revision`` or newer."""
-    for line in dispatch_log.read_text().splitlines() if dispatch_log.exists() else []:
-        if line.endswith('}'):
-            row = json.loads(line)
-            if row['t'] > t0 and row['revision'] >= min_revision:
-                return round(row['t'] - t0, 3)
-    return None
+    """Sim seconds from t0 to ``first_dispatch_row``."""
+    row = first_dispatch_row(dispatch_log, t0, min_revision)
+    return round(row['t'] - t0, 3) if row else None
 
 
 def median(values: list[float | None]) -> float | None:
@@ -307,6 +314,7 @@ def interjection_table(report: dict[str, Any]) -> list[str]:
     inter = report.get('interjections')
     if not inter:
         return []
+    loaded = report.get('interjections_under_load')
 
     def spread(values: list[float | None]) -> str:
         done = sorted(v for v in values if v is not None)
@@ -318,14 +326,17 @@ def interjection_table(report: dict[str, Any]) -> list[str]:
             f"On the `{inter['configuration']}` graph, {inter['after_s']} sim s into each "
             'episode\'s task (the arm reaching), "use the <next colour> cube instead" published '
             'by the benchmark; sim seconds from it to the planner\'s re-planned context (its '
-            'stamp) and to the first dispatched action conditioned on that context. Median (min '
-            'to max).', '',
-            '| interjections | to the re-planned context (s) | to its first action (s) | '
-            'answered |',
-            '|---|---|---|---|',
-            f"| {len(inter['reactions_s'])} | {spread(inter['planner_s'])} | "
-            f"{spread(inter['reactions_s'])} | "
-            f"{sum(v is not None for v in inter['reactions_s'])}/{len(inter['reactions_s'])} |"]
+            'stamp) and to the first dispatched action conditioned on that context (sim and '
+            'wall seconds). Median (min to max).'
+            + (f" Under load: the same, while another process runs {loaded['load']}."
+               if loaded else ''), '',
+            '| load | interjections | to the re-planned context (s) | to its first action (s) '
+            '| to its first action (wall s) | answered |',
+            '|---|---|---|---|---|---|',
+            *[f"| {r.get('load', 'none')} | {len(r['reactions_s'])} | {spread(r['planner_s'])} | "
+              f"{spread(r['reactions_s'])} | {spread(r.get('reactions_wall_s', []))} | "
+              f"{sum(v is not None for v in r['reactions_s'])}/{len(r['reactions_s'])} |"
+              for r in (inter, loaded) if r]]
 
 
 def markdown(report: dict[str, Any]) -> str:
@@ -376,6 +387,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument('--interjections', action=argparse.BooleanOptionalAction, default=True,
                         help="also time the reaction to an interjection on the first "
                              "configuration's graph, one per episode (default on)")
+    parser.add_argument('--reaction-load', choices=('generation',), default=None,
+                        help='time the interjections again while another process loads the '
+                             "CPU (generation: the planner's model generating in a loop, as in "
+                             'bench/jitter.py)')
     parser.add_argument('--out', type=Path, default=REPORT_DIR)
     parser.add_argument('--name', default='task_time')
     args = parser.parse_args(argv)
@@ -392,6 +407,15 @@ def main(argv: list[str] | None = None) -> int:
                   for name, overrides in configs}
         interjections = (interjection_reactions(configs[0][1], plan, dict(os.environ))
                          if args.interjections else None)
+        under_load = None
+        if args.interjections and args.reaction_load:
+            from jitter import Load
+            load = Load(args.reaction_load, 3600.0, Path(tempfile.mkdtemp(prefix='load_')),
+                        dict(os.environ))
+            try:
+                under_load = interjection_reactions(configs[0][1], plan, dict(os.environ))
+            finally:
+                load.stop()
     report = {'run': {'episodes': args.episodes, 'date': time.strftime('%Y-%m-%d'),
                       'max_sim_s': args.max_sim_s,
                       'load_average_1min_at_end': round(os.getloadavg()[0], 2),
@@ -401,6 +425,8 @@ def main(argv: list[str] | None = None) -> int:
               'summary': summarise(expert, graphs)}
     if interjections is not None:
         report['interjections'] = {'configuration': configs[0][0], **interjections}
+    if under_load is not None:
+        report['interjections_under_load'] = {'load': args.reaction_load, **under_load}
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / f'{args.name}.json').write_text(json.dumps(report, indent=2) + '\n')
     text = markdown(report)

@@ -45,7 +45,8 @@ def test_latency_sweep_pairs_the_seeds_rules_with_the_current_ones():
 @pytest.mark.slow
 def test_task_time_times_a_task_and_an_interjection_through_the_graph(tmp_path):
     out = subprocess.run([sys.executable, str(BENCH / 'task_time.py'), '--episodes', '1',
-                          '--config', 'current:', '--out', str(tmp_path), '--name', 'tt'],
+                          '--config', 'current:', '--reaction-load', 'generation',
+                          '--out', str(tmp_path), '--name', 'tt'],
                          capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     report = json.loads((tmp_path / 'tt.json').read_text())
@@ -53,10 +54,14 @@ def test_task_time_times_a_task_and_an_interjection_through_the_graph(tmp_path):
     assert 1.0 < expert < 30.0 and 1.0 < graph < 30.0  # the cube is in the bowl
     inter = report['interjections']
     # The re-plan comes from the planner after the interjection, and the arm acts on it.
-    (planner_s,), (reaction,) = inter['planner_s'], inter['reactions_s']
-    assert 0.0 <= planner_s <= reaction < 5.0
+    for inter in (report['interjections'], report['interjections_under_load']):
+        (planner_s,), (reaction,) = inter['planner_s'], inter['reactions_s']
+        assert 0.0 <= planner_s <= reaction < 5.0
+        assert 0.0 < inter['reactions_wall_s'][0] < 30.0
+    assert report['interjections_under_load']['load'] == 'generation'
     text = (tmp_path / 'tt.md').read_text()
-    assert '## Reaction to an interjection' in text and '| 1 | ' in text
+    assert '## Reaction to an interjection' in text
+    assert '| none | 1 | ' in text and '| generation | 1 | ' in text
 
 
 @pytest.mark.slow
