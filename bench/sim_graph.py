@@ -31,6 +31,7 @@ import numpy as np
 import yaml
 
 from lerobot_lang_nodes import dds, graph
+from lerobot_lang_nodes.core.dispatch_file import read_dispatch_file
 from lerobot_lang_nodes.testing import NodeProcess, WaitTimeout, free_port, wait_until
 
 # nodes/runner.py's executor switch (not imported from there: that would import rclpy before
@@ -407,8 +408,7 @@ def run(args: argparse.Namespace, env: dict[str, str], t_start: float) -> dict[s
         if ok and args.keep_logs:
             (tmp / 'joint_state_arrivals.json').write_text(json.dumps(joints))
     try:
-        dispatches = [json.loads(line) for line in dispatch_log.read_text().splitlines()
-                      if line.endswith('}')]
+        dispatches = read_dispatch_file(dispatch_log)
     finally:
         if not args.keep_logs:
             shutil.rmtree(tmp, ignore_errors=True)

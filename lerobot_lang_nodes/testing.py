@@ -728,11 +728,8 @@ class SimGraph:
         return [p for p in self.procs.values() if p.alive]
 
     def dispatches(self) -> list[dict]:
-        import json
-        if not self.dispatch_log.exists():
-            return []
-        lines = self.dispatch_log.read_text().splitlines()
-        return [json.loads(line) for line in lines if line.endswith('}')]
+        from lerobot_lang_nodes.core.dispatch_file import read_dispatch_file
+        return read_dispatch_file(self.dispatch_log)
 
     def logs(self, tail: int = 3000) -> str:
         return '\n'.join(f'===== {name} =====\n{p.log_text(tail)}'

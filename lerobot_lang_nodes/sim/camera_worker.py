@@ -79,7 +79,7 @@ class CameraWorker:
         return True
 
     def wait_idle(self, timeout_s: float) -> bool:
-        """Block until the offered snapshot has been delivered (tests, and before a close)."""
+        """Block until the offered snapshot has been delivered (or the worker ended)."""
         deadline = time.monotonic() + timeout_s
         with self._cond:
             while self._pending or self._busy:

@@ -12,7 +12,6 @@ from the present position are valid but every Goal_Position the servos receive s
 
 from __future__ import annotations
 
-import json
 import math
 import time
 
@@ -23,6 +22,7 @@ from rosgraph_msgs.msg import Clock
 from sensor_msgs.msg import JointState
 
 from lerobot_lang_msgs.msg import ActionChunk, LanguageContext, RuntimeStatus
+from lerobot_lang_nodes.core.dispatch_file import read_dispatch_file
 from lerobot_lang_nodes.nodes import convert, qos
 from lerobot_lang_nodes.so101.calibration import JOINT_NAMES, MotorCalibration, save_calibration
 from lerobot_lang_nodes.so101.units import RAD_PER_STEP
@@ -205,8 +205,7 @@ def test_every_kind_of_malformed_chunk_is_refused_by_the_simulator(sim_target, f
 @given(batch=st.lists(mutations(), min_size=12, max_size=20))
 def test_malformed_chunks_are_refused_by_the_simulator(sim_target, batch, fault_report):
     reasons = fuzz(sim_target, batch)
-    dispatched = [json.loads(line) for line in sim_target.dispatch_log.read_text().splitlines()
-                  if line.endswith('}')] if sim_target.dispatch_log.exists() else []
+    dispatched = read_dispatch_file(sim_target.dispatch_log)
     unsafe = [d for d in dispatched if d['sequence'] >= FUZZ_SEQ]
     assert not unsafe, unsafe[:3]
     assert all(r.split(': ', 1)[1] for r in reasons), reasons  # each with a reason
