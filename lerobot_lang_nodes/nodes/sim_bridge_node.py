@@ -70,6 +70,12 @@ class SimBridgeConfig(ExecutionParams):
                "Steadier wall-clock pacing on a loaded host; simulated time is the bridge's "
                'own either way. Refused without an rtprio limit or CAP_SYS_NICE: the loop then '
                'runs normally and says so (log and /diagnostics).', 'range': (0, 99)})
+    render_nice: int = field(default=0, metadata={
+        'doc': 'Nice increment of the render thread and of the software-GL threads it starts '
+               '(0..19): higher lets the other nodes take the CPU before frames on a small '
+               'host (frames may then be skipped: camera.skipped_ticks). Read back as '
+               'camera.render_nice on /diagnostics.',
+        'range': (0, 19)})
     default_task: str = field(default='put the red cube in the bowl', metadata={
         'doc': 'Task description published on sim/task_description.'})
 
@@ -123,7 +129,8 @@ class SimBridgeNode(SimulatorBridge, Node):
             # runs SCHED_FIFO, which the renderer's threads must not inherit.
             self._camera_worker = CameraWorker(self.scene.model, self.scene.image_size,
                                                self.cfg.cameras, self._publish_frames,
-                                               render_stats=self.scene.stats)
+                                               render_stats=self.scene.stats,
+                                               nice=self.cfg.render_nice)
         self.diagnostics = DiagnosticsPublisher(self, 'simulation loop', self._diagnostic_status)
         self._running = True
         self._thread = threading.Thread(target=self._loop, name='sim-loop', daemon=True)
@@ -255,7 +262,8 @@ class SimBridgeNode(SimulatorBridge, Node):
             st = worker.stats
             extra.update({'camera.frames': st.frames, 'camera.skipped_ticks': st.skipped,
                           'camera.render_errors': st.errors,
-                          'camera.last_render_error': st.last_error})
+                          'camera.last_render_error': st.last_error,
+                          'camera.render_nice': '' if st.nice is None else st.nice})
         level, message, values = self._loop_diagnostics(extra)
         if level == 'ok' and worker is not None and (st.errors or not worker.alive):
             level = 'warn'

@@ -341,7 +341,7 @@ class So101DriverNode(LifecycleNode):
                 state = cycle.state
                 now = self._now()
                 if cycle.goal is not None and self._dispatch_log is not None:
-                    self._dispatch_log.write(now, time.monotonic(), *self._dispatching,
+                    self._dispatch_log.write(now, cycle.written_at, *self._dispatching,
                                              cycle.goal)
                 if state is not None:
                     self._publish_joints(state, now)

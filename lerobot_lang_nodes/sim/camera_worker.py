@@ -10,11 +10,14 @@ state of the same instant still share a stamp.
 One snapshot buffer: a tick that comes while the previous frame is still being drawn is
 skipped and counted, never queued (a queue would only add latency). The worker thread must be
 started from a thread with normal scheduling: the renderer's own threads (software GL) inherit
-its policy, and must not compete with a SCHED_FIFO control loop.
+its policy, and must not compete with a SCHED_FIFO control loop. With ``nice`` > 0 the worker
+lowers its own priority before it creates its GL context, so the renderer's threads inherit it
+too: frames then yield the CPU to the other nodes (policy inference, planner) on a small host.
 """
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -41,6 +44,7 @@ class CameraWorkerStats:
     skipped: int = 0          # camera ticks that came while a frame was still being drawn
     errors: int = 0           # frames lost to an exception in render or deliver
     last_error: str = ''
+    nice: int | None = None   # the render thread's nice value once it runs (None: not yet)
 
 
 class CameraWorker:
@@ -48,12 +52,14 @@ class CameraWorker:
 
     def __init__(self, model: mujoco.MjModel, image_size: tuple[int, int],
                  cameras: Sequence[str], deliver: Deliver,
-                 render_stats: PhysicsStats | None = None, name: str = 'sim-render') -> None:
+                 render_stats: PhysicsStats | None = None, name: str = 'sim-render',
+                 nice: int = 0) -> None:
         self._model = model
         self._image_size = image_size
         self._cameras = tuple(cameras)
         self._deliver = deliver
         self._render_stats = render_stats
+        self._nice = int(nice)
         self._snapshot = mujoco.MjData(model)
         self._stamp = 0.0
         self._cond = threading.Condition()
@@ -90,6 +96,11 @@ class CameraWorker:
         return True
 
     @property
+    def native_id(self) -> int | None:
+        """The render thread's kernel id (diagnostics, tests)."""
+        return self._thread.native_id
+
+    @property
     def alive(self) -> bool:
         return self._thread.is_alive()
 
@@ -103,6 +114,7 @@ class CameraWorker:
 
     def _run(self) -> None:
         renderer = None
+        self._lower_priority()
         try:
             while True:
                 with self._cond:
@@ -133,6 +145,19 @@ class CameraWorker:
                 self._cond.notify_all()
             if renderer is not None:
                 renderer.close()
+
+    def _lower_priority(self) -> None:
+        # Linux: PRIO_PROCESS with a thread id sets that thread's nice value alone, and the
+        # threads it creates later (the software renderer's) inherit it.
+        tid = threading.get_native_id()
+        if self._nice > 0 and hasattr(os, 'setpriority'):
+            try:
+                os.setpriority(os.PRIO_PROCESS, tid, min(19, os.getpriority(os.PRIO_PROCESS, tid)
+                                                        + self._nice))
+            except OSError as exc:
+                self.stats.last_error = f'nice {self._nice} refused: {exc}'
+        if hasattr(os, 'getpriority'):
+            self.stats.nice = os.getpriority(os.PRIO_PROCESS, tid)
 
     def _render(self, renderer: mujoco.Renderer, camera: str) -> np.ndarray:
         start = time.perf_counter()

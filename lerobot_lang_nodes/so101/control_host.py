@@ -67,6 +67,7 @@ class DiagStatus:
 class CycleResult:
     state: RobotState | None = None  # what was read this cycle (None: nothing read)
     goal: np.ndarray | None = None  # the clamped goal written this cycle (None: no write)
+    written_at: float | None = None  # time.monotonic() right after that write
 
     @property
     def wrote_goal(self) -> bool:
@@ -217,7 +218,14 @@ class So101ControlHost:
 
     # --- the control cycle ------------------------------------------------------------------
     def cycle(self) -> CycleResult:
-        """One control period: reconnect attempt or read -> tick -> clamped write / hold."""
+        """One control period: reconnect attempt, or tick -> clamped write -> read / hold.
+
+        The goal goes out first, so it leaves at the slot's instant: the read's round trip
+        (the servos' replies, the serial adapter's latency) varies under load by milliseconds
+        and would otherwise shift every write (bench/README.md, "Dispatch jitter"). The
+        max_relative_target clamp uses the previous cycle's read when it is at most
+        present_max_age_s old, and reads first otherwise (a slow rate, after a stall).
+        """
         if self.health == 'disconnected':
             if self._mono() >= self._next_reconnect_s:
                 self._next_reconnect_s = self._mono() + self.config.reconnect_period_s
@@ -229,6 +237,16 @@ class So101ControlHost:
                 return CycleResult()
             result = CycleResult()
             try:
+                action = None
+                # A fault latched by the last read, or a hold asked for: nothing is ticked.
+                if robot.fault is None and self.active and not self._hold_request.is_set():
+                    action = self.executor.tick(self._now())
+                    if action is not None:
+                        # Clamped to the calibrated range and max_relative_target.
+                        result.goal = robot.write_goal(action)
+                        result.written_at = time.monotonic()
+                        self._last_action_s = self._mono()
+                        self._watchdog_holding = False
                 state = result.state = robot.read_state()
                 if state.velocity_rad_s is not None:
                     self.last_aux = state
@@ -240,13 +258,7 @@ class So101ControlHost:
                     if self.active:
                         robot.hold_present_position()
                     return result
-                action = self.executor.tick(self._now())
-                if action is not None:
-                    # Clamped to the calibrated range and max_relative_target.
-                    result.goal = robot.write_goal(action)
-                    self._last_action_s = self._mono()
-                    self._watchdog_holding = False
-                elif self.executor.mode == MODE_ACTION:
+                if action is None and self.executor.mode == MODE_ACTION:
                     self._watchdog(robot)
             except PortDisconnected as exc:
                 self._on_disconnect(exc)

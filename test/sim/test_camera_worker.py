@@ -6,7 +6,12 @@ worker delivers must be the scene as it was at the offer, stamped with that inst
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -116,3 +121,55 @@ def test_close_stops_an_idle_worker(sim_scene):
     assert w.alive
     w.close()
     assert not w.alive
+
+
+
+# Run in a fresh process: a software renderer (Mesa llvmpipe) starts its threads once per
+# process, with the first GL context, and this test must see who started them.
+NICE_CHILD = """
+import json, os, sys, threading
+from pathlib import Path
+from lerobot_lang_nodes.sim.scene import So101Scene
+from lerobot_lang_nodes.sim.camera_worker import CameraWorker
+
+def threads():
+    out = {}
+    for task in Path('/proc/self/task').iterdir():
+        stat = (task / 'stat').read_text()
+        out[task.name] = [(task / 'comm').read_text().strip(),
+                          int(stat[stat.rindex(')') + 2:].split()[16])]
+    return out
+
+scene = So101Scene(image_size=(48, 64), cameras=('front',))
+before = threads()
+got = []
+w = CameraWorker(scene.model, scene.image_size, ('front',), lambda s, im: got.append(s),
+                 nice=int(sys.argv[1]))
+assert w.offer(scene.data, 1.0) and w.wait_idle(60.0), w.stats
+print(json.dumps({'before': before, 'after': threads(), 'worker': w.native_id,
+                  'frames': got, 'stats_nice': w.stats.nice,
+                  'main': threading.get_native_id()}))
+w.close()
+"""
+
+
+@pytest.mark.skipif(not Path('/proc/self/task').is_dir(), reason='needs Linux /proc')
+def test_nice_lowers_the_render_thread_and_the_threads_it_starts_only():
+    base = os.getpriority(os.PRIO_PROCESS, 0)
+    out = subprocess.run([sys.executable, '-c', NICE_CHILD, '7'], capture_output=True,
+                         text=True, timeout=120, check=True)
+    report = json.loads(out.stdout.strip().splitlines()[-1])
+    assert report['frames'] == [1.0]
+    want = min(19, base + 7)
+    before, after = report['before'], report['after']
+    started = {tid: v for tid, v in after.items() if tid not in before}
+    assert str(report['worker']) in started
+    # The worker and whatever it started (the software renderer's threads) yield the CPU
+    # (Mesa's shader-cache thread lowers itself further, to 19) ...
+    assert started[str(report['worker'])][1] == want
+    assert all(nice >= want for _, nice in started.values()), started
+    assert all(nice == want for name, nice in started.values() if name.startswith('llvmpipe'))
+    assert report['stats_nice'] == want
+    # ... and nothing that was already running changed: the simulation thread keeps its share.
+    assert all(after[tid][1] == before[tid][1] == base for tid in before if tid in after)
+    assert after[str(report['main'])][1] == base

@@ -7,6 +7,7 @@ watchdog and reconnect timing are stepped, not slept.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 
 import numpy as np
@@ -106,6 +107,67 @@ def test_moves_only_after_resume_and_clamps_the_step(rig: HostRig) -> None:
     assert rig.step().wrote_goal
     wait_for(lambda: rig.goal() != start, what='the goal written (SYNC_WRITE has no reply)')
     assert 0 < rig.goal() - start <= round(0.5 / RAD_PER_STEP) + 1
+
+
+def _bus_traffic(robot) -> list[str]:
+    """Record the order of the robot's reads and goal writes (the real bus still runs)."""
+    seen: list[str] = []
+    bus = robot.bus
+    read, write = bus.sync_read_bytes, bus.sync_write
+
+    def spy_read(*a, **kw):
+        seen.append('read')
+        return read(*a, **kw)
+
+    def spy_write(register, values):
+        seen.append(f'write {register}')
+        return write(register, values)
+    bus.sync_read_bytes, bus.sync_write = spy_read, spy_write
+    return seen
+
+
+def test_the_goal_goes_out_before_the_read_clamped_to_the_last_read(rig: HostRig) -> None:
+    rig.up()
+    assert rig.host.resume() == ''
+    rig.step()  # a read: the present position the next goal is clamped against
+    start = rig.host.robot.last_state.position_steps[0]
+    rig.send_pan(2.0)
+    seen = _bus_traffic(rig.host.robot)
+    result = rig.step()
+    # The write leaves at the slot's instant: it never waits for the servos' replies.
+    assert seen == ['write Goal_Position', 'read']
+    assert result.wrote_goal and result.written_at is not None
+    assert result.state is not None  # joint states still come every cycle
+    assert result.state.stamp >= result.written_at
+    wait_for(lambda: rig.goal() != start, what='the goal written (SYNC_WRITE has no reply)')
+    assert 0 < rig.goal() - start <= round(0.5 / RAD_PER_STEP) + 1
+
+
+def test_a_read_too_old_to_clamp_against_is_refreshed_before_the_write(rig: HostRig) -> None:
+    rig.up()
+    assert rig.host.resume() == ''
+    rig.step()
+    robot = rig.host.robot
+    robot.config = dataclasses.replace(robot.config, present_max_age_s=0.0)  # after a stall
+    rig.send_pan(2.0)
+    seen = _bus_traffic(rig.host.robot)
+    assert rig.step().wrote_goal
+    assert seen == ['read', 'write Goal_Position', 'read']
+    wait_for(lambda: rig.goal() != rig.emu.present_position(1), what='the goal written')
+    assert 0 < rig.goal() - rig.emu.present_position(1) <= round(0.5 / RAD_PER_STEP) + 1
+
+
+def test_a_fault_latched_by_a_read_stops_the_next_write(rig: HostRig) -> None:
+    rig.up()
+    assert rig.host.resume() == ''
+    rig.send_pan(0.3)
+    rig.emu.set_error_bits(WRIST_FLEX, ErrorBit.OVERLOAD)
+    seen = _bus_traffic(rig.host.robot)
+    rig.step()  # its goal left before the read that latched the fault; the read held the arm
+    assert rig.host.health == 'fault'
+    del seen[:]
+    assert not rig.step().wrote_goal
+    assert 'write Goal_Position' not in seen
 
 
 def test_watchdog_holds_the_present_position_once(rig: HostRig) -> None:

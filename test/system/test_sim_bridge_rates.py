@@ -8,6 +8,7 @@ planner sees camera frames at 10 Hz.
 from __future__ import annotations
 
 import json
+import os
 import statistics
 
 import pytest
@@ -49,7 +50,6 @@ def test_ground_truth_comes_at_truth_hz_and_status_at_status_hz(launch_node, pro
 
 
 def test_thread_priority_puts_the_simulation_thread_alone_under_sched_fifo(launch_node, probe):
-    import os
     import sys
 
     from diagnostic_msgs.msg import DiagnosticArray
@@ -78,7 +78,8 @@ def test_frames_come_from_the_render_thread_stamped_on_the_control_grid(launch_n
     from diagnostic_msgs.msg import DiagnosticArray
     from sensor_msgs.msg import Image, JointState
     sim = launch_node('lerobot_lang_nodes.nodes.sim_bridge_node',
-                      params={'cameras': ['front', 'wrist'], 'camera_hz': 10.0})
+                      params={'cameras': ['front', 'wrist'], 'camera_hz': 10.0,
+                              'render_nice': 5})
     front = probe.subscribe(Image, 'cameras/front/image_raw', qos.SENSOR)
     wrist = probe.subscribe(Image, 'cameras/wrist/image_raw', qos.SENSOR)
     joints = probe.subscribe(JointState, 'joint_states', qos.SENSOR)
@@ -107,4 +108,8 @@ def test_frames_come_from_the_render_thread_stamped_on_the_control_grid(launch_n
         return None
     values = wait_until(camera_values, 30.0, 'camera counters on /diagnostics', [sim])
     assert int(values['camera.frames']) > 0 and values['camera.render_errors'] == '0'
+    # Started by this process, the node inherits its nice; the render thread adds 5.
+    values = wait_until(lambda: (v := camera_values()) and v['camera.render_nice'] and v,
+                        30.0, 'the render thread running', [sim])
+    assert int(values['camera.render_nice']) == min(19, os.getpriority(os.PRIO_PROCESS, 0) + 5)
     assert sim.alive
