@@ -6,12 +6,12 @@ Usage:
 
 With --run, each benchmark runs as a user runs it, one after the other (never side by side:
 they would measure each other): the simulated graph, time per task (current rules against the
-old ones), the starvation sweep against injected inference latency, image transport, the
-fault suite and the models. Then REPORT.md collects their Markdown reports (each headed by
-the file it comes from) and draws, with matplotlib, the plots the tables cannot show: starved
-ticks and task time against inference latency, image latency per stream and profile, and task
-time per configuration. A benchmark that failed is listed with its exit code; the others are
-still reported.
+old ones), the starvation sweep against injected inference latency, image transport, jitter,
+operator latency, the recorder, the fault suite and the models. Then REPORT.md collects their
+Markdown reports (each headed by the file it comes from) and draws, with matplotlib, the plots
+the tables cannot show: starved ticks and task time against inference latency, image latency
+per stream and profile, and task time per configuration. A benchmark that failed is listed
+with its exit code; the others are still reported.
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ RUNS: list[tuple[str, list[str]]] = [
     ('sim_graph_640x480', ['sim_graph.py', '--sim-seconds', '60', '--name', 'sim_graph_640x480',
                            '--param', 'sim_bridge.image_width=640',
                            '--param', 'sim_bridge.image_height=480']),
+    ('recorder', ['recorder.py']),
     ('faults', ['faults.py']),
     ('models', ['models.py']),
     ('robocasa_bridge', ['robocasa_bridge.py']),

@@ -70,7 +70,7 @@ class SimBridgeConfig(ExecutionParams):
                "Steadier wall-clock pacing on a loaded host; simulated time is the bridge's "
                'own either way. Refused without an rtprio limit or CAP_SYS_NICE: the loop then '
                'runs normally and says so (log and /diagnostics).', 'range': (0, 99)})
-    render_nice: int = field(default=0, metadata={
+    render_nice: int = field(default=10, metadata={
         'doc': 'Nice increment of the render thread and of the software-GL threads it starts '
                '(0..19): higher lets the other nodes take the CPU before frames on a small '
                'host (frames may then be skipped: camera.skipped_ticks). Read back as '
