@@ -112,18 +112,25 @@ def format_param(value: Any) -> str:
     return str(value)
 
 
-def realtime_threads(pid: int) -> list[tuple[int, int]]:
-    """(rt_priority, policy) of each SCHED_FIFO / SCHED_RR thread of ``pid`` (Linux /proc)."""
-    found = []
-    for stat in Path(f'/proc/{pid}/task').glob('*/stat'):
+def thread_stats(pid: int) -> dict[int, dict[str, Any]]:
+    """Each thread of ``pid`` (Linux /proc): its name, nice, rt_priority and policy."""
+    found = {}
+    for task in Path(f'/proc/{pid}/task').iterdir():
         try:
-            fields = stat.read_text().rsplit(')', 1)[1].split()  # after "pid (comm)"
+            text = (task / 'stat').read_text()
         except OSError:
             continue  # the thread ended meanwhile
-        priority, policy = int(fields[37]), int(fields[38])  # fields 40 and 41 of stat
-        if policy in (os.SCHED_FIFO, os.SCHED_RR):
-            found.append((priority, policy))
+        fields = text.rsplit(')', 1)[1].split()  # after "pid (comm)"
+        found[int(task.name)] = {'name': text[text.index('(') + 1:text.rindex(')')],
+                                 'nice': int(fields[16]),  # fields 19, 40 and 41 of stat
+                                 'rt_priority': int(fields[37]), 'policy': int(fields[38])}
     return found
+
+
+def realtime_threads(pid: int) -> list[tuple[int, int]]:
+    """(rt_priority, policy) of each SCHED_FIFO / SCHED_RR thread of ``pid`` (Linux /proc)."""
+    return [(t['rt_priority'], t['policy']) for t in thread_stats(pid).values()
+            if t['policy'] in (os.SCHED_FIFO, os.SCHED_RR)]
 
 
 def wait_until(predicate: Callable[[], Any], timeout_s: float, what: str,

@@ -123,22 +123,16 @@ def test_close_stops_an_idle_worker(sim_scene):
     assert not w.alive
 
 
-
 # Run in a fresh process: a software renderer (Mesa llvmpipe) starts its threads once per
 # process, with the first GL context, and this test must see who started them.
 NICE_CHILD = """
 import json, os, sys, threading
-from pathlib import Path
 from lerobot_lang_nodes.sim.scene import So101Scene
 from lerobot_lang_nodes.sim.camera_worker import CameraWorker
+from lerobot_lang_nodes.testing import thread_stats
 
 def threads():
-    out = {}
-    for task in Path('/proc/self/task').iterdir():
-        stat = (task / 'stat').read_text()
-        out[task.name] = [(task / 'comm').read_text().strip(),
-                          int(stat[stat.rindex(')') + 2:].split()[16])]
-    return out
+    return {str(tid): [t['name'], t['nice']] for tid, t in thread_stats(os.getpid()).items()}
 
 scene = So101Scene(image_size=(48, 64), cameras=('front',))
 before = threads()
