@@ -102,7 +102,7 @@ class RunningGraph:
         from rosgraph_msgs.msg import Clock
         from std_msgs.msg import String
 
-        from lerobot_lang_msgs.msg import LanguageContext, RuntimeStatus
+        from lerobot_lang_msgs.msg import ActionChunk, LanguageContext, RuntimeStatus
         from lerobot_lang_nodes.nodes import qos
         from lerobot_lang_nodes.testing import RosProbe
 
@@ -118,6 +118,7 @@ class RunningGraph:
             self.status = self.probe.subscribe(RuntimeStatus, 'runtime_status', qos.STATUS)
             self.context = self.probe.subscribe(LanguageContext, 'language_context',
                                                 qos.LATCHED)
+            self.chunks = self.probe.subscribe(ActionChunk, 'action_chunk', qos.COMMAND)
             for node in self.procs:
                 self.probe.wait_for_node(node, timeout_s=90.0,
                                          processes=list(self.procs.values()))
@@ -201,6 +202,9 @@ def interjection_reactions(overrides: list, plan: list[tuple[int, str]], env: di
     planner_s: list[float | None] = []
     reactions: list[float | None] = []
     walls: list[float | None] = []
+    # Wall seconds from the interjection to each hop, as this process receives it: the
+    # re-planned context (planner), the first chunk for it (policy), its first dispatch (sim).
+    hops: dict[str, list[float | None]] = {'context': [], 'chunk': [], 'dispatch': []}
     with RunningGraph('interjection', overrides, env) as g:
         for k, (seed, task) in enumerate(plan):
             mark = len(g.context)
@@ -213,13 +217,21 @@ def interjection_reactions(overrides: list, plan: list[tuple[int, str]], env: di
                                what='the task in the context')
             before = g.context.last
             text = f'use the {COLOURS[(k + 1) % len(COLOURS)]} cube instead'
-            mark = len(g.context)
+            mark, chunk_mark = len(g.context), len(g.chunks)
             ti = g.sim_now()
             wall_i = time.monotonic()
             g.interjection_pub.publish(String(data=text))
             ctx = g.context.wait_for(lambda m, r=before.flush_revision: m.flush_revision > r,
                                      timeout_s=30.0, since=mark,
                                      what=f'the re-plan after {text!r}')
+            hops['context'].append(round(g.context.arrival(ctx) - wall_i, 4))
+            try:
+                chunk = g.chunks.wait_for(lambda m, r=ctx.revision: m.context_revision >= r,
+                                          timeout_s=30.0, since=chunk_mark,
+                                          what=f'the first chunk after {text!r}')
+                hops['chunk'].append(round(g.chunks.arrival(chunk) - wall_i, 4))
+            except AssertionError:
+                hops['chunk'].append(None)
             planner_s.append(round(ctx.header.stamp.sec + ctx.header.stamp.nanosec * 1e-9
                                    - ti, 3))
             row = None
@@ -230,9 +242,12 @@ def interjection_reactions(overrides: list, plan: list[tuple[int, str]], env: di
                     g.sim_now()  # wait a tick
             reactions.append(round(row['t'] - ti, 3) if row else None)
             walls.append(round(row['wall'] - wall_i, 3) if row else None)
+            hops['dispatch'].append(round(row['wall'] - wall_i, 4) if row else None)
             print(f'  interjection {text!r} in {task!r}: planner {planner_s[-1]} s, first '
-                  f'action {reactions[-1]} s ({walls[-1]} s wall)', flush=True)
+                  f'action {reactions[-1]} s ({walls[-1]} s wall; hops '
+                  f"{ {k: v[-1] for k, v in hops.items()} })", flush=True)
     return {'planner_s': planner_s, 'reactions_s': reactions, 'reactions_wall_s': walls,
+            'hops_wall_s': hops,
             'after_s': after_s, 'overrides': [f'{n}.{k}={v!r}' for n, k, v in overrides]}
 
 
@@ -336,7 +351,32 @@ def interjection_table(report: dict[str, Any]) -> list[str]:
             *[f"| {r.get('load', 'none')} | {len(r['reactions_s'])} | {spread(r['planner_s'])} | "
               f"{spread(r['reactions_s'])} | {spread(r.get('reactions_wall_s', []))} | "
               f"{sum(v is not None for v in r['reactions_s'])}/{len(r['reactions_s'])} |"
-              for r in (inter, loaded) if r]]
+              for r in (inter, loaded) if r],
+            *hop_table([r for r in (inter, loaded) if r and r.get('hops_wall_s')])]
+
+
+def hop_table(runs: list[dict[str, Any]]) -> list[str]:
+    """Where the reaction's wall time goes, per hop: median of each interjection's share."""
+    if not runs:
+        return []
+
+    def share(hops: dict[str, list], a: str | None, b: str) -> str:
+        pairs = [(hops[b][i] - (hops[a][i] if a else 0.0)) * 1e3
+                 for i in range(len(hops[b]))
+                 if hops[b][i] is not None and (a is None or hops[a][i] is not None)]
+        return f'{statistics.median(pairs):.1f}' if pairs else '-'
+
+    return ['', 'Where the wall time goes, as the benchmark process receives each hop (median '
+            'ms over the interjections; each includes one DDS delivery to the benchmark): the '
+            'planner (interjection to the re-planned context), the policy (context to the '
+            'first chunk conditioned on it) and the simulator (chunk to its first dispatched '
+            'action, which waits for the next control tick: one period is 33 ms at 30 Hz).', '',
+            '| load | planner (ms) | policy (ms) | simulator (ms) | total (ms) |',
+            '|---|---|---|---|---|',
+            *[f"| {r.get('load', 'none')} | {share(r['hops_wall_s'], None, 'context')} | "
+              f"{share(r['hops_wall_s'], 'context', 'chunk')} | "
+              f"{share(r['hops_wall_s'], 'chunk', 'dispatch')} | "
+              f"{share(r['hops_wall_s'], None, 'dispatch')} |" for r in runs]]
 
 
 def markdown(report: dict[str, Any]) -> str:

@@ -228,12 +228,20 @@ class Collector:
 
     def __init__(self) -> None:
         self.messages: list[Any] = []
+        # time.monotonic() at each message's callback, by id (tests may clear ``messages``)
+        self._arrived: dict[int, float] = {}
         self._cond = threading.Condition()
 
     def __call__(self, msg: Any) -> None:
         with self._cond:
             self.messages.append(msg)
+            self._arrived[id(msg)] = time.monotonic()
             self._cond.notify_all()
+
+    def arrival(self, msg: Any) -> float:
+        """time.monotonic() at which ``msg`` (one of ``messages``) was received."""
+        with self._cond:
+            return self._arrived[id(msg)]
 
     def __len__(self) -> int:
         with self._cond:

@@ -34,6 +34,7 @@ from lerobot_lang_nodes.testing import (
     realtime_threads,
     RosProbe,
     wait_until,
+    WaitTimeout,
 )
 
 CTRL_HZ = 30.0
@@ -139,7 +140,10 @@ class Rig:
                           and predicate(self.status.last) else None, WAIT_S, what, [self.proc])
 
     def wait(self, predicate, what: str, timeout_s: float = WAIT_S):
-        return wait_until(predicate, timeout_s, what, [self.proc])
+        try:
+            return wait_until(predicate, timeout_s, what, [self.proc])
+        except WaitTimeout as exc:  # the executor's view says why a chunk did not move the arm
+            raise WaitTimeout(f'{exc}\n--- last runtime_status ---\n{self.status.last}') from None
 
     def barrier(self) -> None:
         """Fresh diagnostics and status: every earlier control cycle has finished."""
@@ -195,8 +199,14 @@ def test_timed_burst_acts_then_pauses_by_itself(arm: Rig) -> None:
     from std_msgs.msg import Float64
     burst = arm.probe.publisher(Float64, 'burst', qos.COMMAND)
     arm.wait(lambda: burst.get_subscription_count() > 0, 'the driver subscribed to burst')
+    published = time.time()
     burst.publish(Float64(data=3.0))  # long enough for the move on a loaded host
-    arm.wait_status(lambda s: s.mode == 'action', 'the burst switching to action mode')
+    # A status stamped after the burst: one from before the fixture's pause still says
+    # 'action', and a chunk sent on it could reach the driver before the burst does (another
+    # topic, no order between them) and be discarded as 'paused'.
+    arm.wait_status(lambda s: s.mode == 'action'
+                    and convert.stamp_to_s(s.header.stamp) > published,
+                    'the burst switching to action mode')
     before = arm.present()
     arm.send(arm.hold_chunk(0.1, horizon=20))
     expected = before + 0.1 / RAD_PER_STEP
