@@ -1,6 +1,9 @@
 """Benchmark the MuJoCo scene and scripted expert: success rate, sim time, RTF, render cost.
 
 Usage: python bench/sim_expert.py [--seeds 10] [--render-hz 10] [--out bench/reports]
+
+Also times the expert's first chunk for a new cube (the policy's inference after an operator
+names another cube) with and without the IK's stall exit, side by side.
 """
 
 from __future__ import annotations
@@ -39,6 +42,37 @@ def _render_cost(decimate: int | None, frames: int) -> dict[str, float]:
         scene.close()
 
 
+def _first_chunk_ms(seeds: int) -> dict[str, float]:
+    """The expert's first chunk for a cube it has not reached yet (the grasp-direction search:
+    the policy's inference after an operator names another cube), from the home pose, with
+    the IK's stall exit and without it, interleaved per case; ms medians and the largest
+    difference between the two chunks."""
+    import numpy as np
+    times: dict[str, list[float]] = {'stall exit': [], 'full iterations': []}
+    diff = 0.0
+    for seed in range(seeds):
+        scene = So101Scene(seed=1000 * (seed + 1))
+        try:
+            gt, q = scene.ground_truth(), scene.joint_positions()
+            for colour in ('red', 'green', 'blue'):
+                chunks = []
+                for name, stall in (('stall exit', None), ('full iterations', 0.0)):
+                    expert = ScriptedExpert(scene.model)  # an empty grasp-direction cache
+                    if stall is not None:
+                        expert.ik.stall_rad = stall
+                    start = time.perf_counter()
+                    chunks.append(expert.act(f'reach the {colour} cube', q, gt))
+                    times[name].append(1000.0 * (time.perf_counter() - start))
+                diff = max(diff, float(np.max(np.abs(chunks[0] - chunks[1]))))
+        finally:
+            scene.close()
+    out = {k: round(statistics.median(v), 2) for k, v in times.items()}
+    out['ratio'] = round(out['stall exit'] / out['full iterations'], 3)
+    out['max_abs_diff_rad'] = diff
+    out['cases'] = len(times['stall exit'])
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument('--seeds', type=int, default=10, help='seeds per task')
@@ -51,6 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument('--out', type=Path, default=Path(__file__).parent / 'reports')
     args = parser.parse_args(argv)
 
+    first_chunk = _first_chunk_ms(args.seeds)
     render = {'decimated': _render_cost(SceneConfig().decimate_faces, args.render_frames)}
     if args.full_meshes:
         render['full'] = _render_cost(None, max(10, args.render_frames // 4))
@@ -104,6 +139,7 @@ def main(argv: list[str] | None = None) -> int:
                                 for k, d in render.items()},
         'render_ms_in_episodes': episode_render, 'render_hz_in_episodes': args.render_hz,
         'physics_rtf': round(physics_rtf, 1), 'physics_hz': SceneConfig().physics_hz,
+        'first_chunk_ms': first_chunk,
         'summary': summary, 'episodes': rows,
     }
     args.out.mkdir(parents=True, exist_ok=True)
@@ -116,7 +152,11 @@ def main(argv: list[str] | None = None) -> int:
              f'- render ms/frame: {report["render_ms_per_frame"]}',
              f'- render ms/frame during episodes ({args.render_hz} Hz, both cameras): '
              f'{episode_render}',
-             f'- physics-only real-time factor: {report["physics_rtf"]}x', '',
+             f'- physics-only real-time factor: {report["physics_rtf"]}x',
+             f"- first chunk for a new cube (grasp-direction search, {first_chunk['cases']} "
+             f"cases, median ms): {first_chunk['stall exit']} with the IK's stall exit, "
+             f"{first_chunk['full iterations']} without ({first_chunk['ratio']}x; chunks "
+             f"differ by at most {first_chunk['max_abs_diff_rad']:.1e} rad)", '',
              '| task | success | sim s mean | sim s max | loop RTF |', '|---|---|---|---|---|']
     for task, s in summary.items():
         lines.append(f"| {task} | {s['success_rate']:.0%} | {s['sim_s_mean']} | "

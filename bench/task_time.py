@@ -38,6 +38,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from lerobot_lang_nodes.core.dispatch_file import read_dispatch_file  # noqa: E402
+from lerobot_lang_nodes.core.inference_file import read_inference_file  # noqa: E402
 from sim_graph import (REPORT_DIR, parse_override, private_ros_domain,  # noqa: E402
                        start_nodes, write_params)
 
@@ -102,14 +103,16 @@ class RunningGraph:
         from rosgraph_msgs.msg import Clock
         from std_msgs.msg import String
 
-        from lerobot_lang_msgs.msg import ActionChunk, LanguageContext, RuntimeStatus
+        from lerobot_lang_msgs.msg import LanguageContext, RuntimeStatus
         from lerobot_lang_nodes.nodes import qos
         from lerobot_lang_nodes.testing import RosProbe
 
         self.tmp = Path(tempfile.mkdtemp(prefix=f'task_time_{self.name}_'))
         self.dispatch_log = self.tmp / 'dispatch.jsonl'
+        self.inference_log = self.tmp / 'inference.jsonl'
+        overrides = [*self.overrides, ('policy', 'inference_log_path', str(self.inference_log))]
         params_file, _ = write_params(self.tmp, self.dispatch_log, viewer=False, target_rtf=None,
-                                      overrides=self.overrides)
+                                      overrides=overrides)
         self.procs = start_nodes(params_file, self.tmp, self.env, viewer=False)
         self.probe = RosProbe(f'task_time_{self.name}')
         try:
@@ -118,7 +121,6 @@ class RunningGraph:
             self.status = self.probe.subscribe(RuntimeStatus, 'runtime_status', qos.STATUS)
             self.context = self.probe.subscribe(LanguageContext, 'language_context',
                                                 qos.LATCHED)
-            self.chunks = self.probe.subscribe(ActionChunk, 'action_chunk', qos.COMMAND)
             for node in self.procs:
                 self.probe.wait_for_node(node, timeout_s=90.0,
                                          processes=list(self.procs.values()))
@@ -196,15 +198,14 @@ def interjection_reactions(overrides: list, plan: list[tuple[int, str]], env: di
                            after_s: float = 1.0) -> dict[str, Any]:
     """Per episode: the task, then ``after_s`` sim s into it "use the <next colour> cube
     instead" from this process; sim seconds from the interjection to the planner's re-planned
-    context (its stamp) and to the first action the simulator dispatched for it."""
+    context (its stamp) and to the first action the simulator dispatched for it, and where the
+    wall time went (the policy's inference log joined with the dispatch log, one clock)."""
     from std_msgs.msg import String
 
     planner_s: list[float | None] = []
     reactions: list[float | None] = []
     walls: list[float | None] = []
-    # Wall seconds from the interjection to each hop, as this process receives it: the
-    # re-planned context (planner), the first chunk for it (policy), its first dispatch (sim).
-    hops: dict[str, list[float | None]] = {'context': [], 'chunk': [], 'dispatch': []}
+    hops: list[dict[str, Any] | None] = []
     with RunningGraph('interjection', overrides, env) as g:
         for k, (seed, task) in enumerate(plan):
             mark = len(g.context)
@@ -217,21 +218,13 @@ def interjection_reactions(overrides: list, plan: list[tuple[int, str]], env: di
                                what='the task in the context')
             before = g.context.last
             text = f'use the {COLOURS[(k + 1) % len(COLOURS)]} cube instead'
-            mark, chunk_mark = len(g.context), len(g.chunks)
+            mark = len(g.context)
             ti = g.sim_now()
             wall_i = time.monotonic()
             g.interjection_pub.publish(String(data=text))
             ctx = g.context.wait_for(lambda m, r=before.flush_revision: m.flush_revision > r,
                                      timeout_s=30.0, since=mark,
                                      what=f'the re-plan after {text!r}')
-            hops['context'].append(round(g.context.arrival(ctx) - wall_i, 4))
-            try:
-                chunk = g.chunks.wait_for(lambda m, r=ctx.revision: m.context_revision >= r,
-                                          timeout_s=30.0, since=chunk_mark,
-                                          what=f'the first chunk after {text!r}')
-                hops['chunk'].append(round(g.chunks.arrival(chunk) - wall_i, 4))
-            except AssertionError:
-                hops['chunk'].append(None)
             planner_s.append(round(ctx.header.stamp.sec + ctx.header.stamp.nanosec * 1e-9
                                    - ti, 3))
             row = None
@@ -242,13 +235,35 @@ def interjection_reactions(overrides: list, plan: list[tuple[int, str]], env: di
                     g.sim_now()  # wait a tick
             reactions.append(round(row['t'] - ti, 3) if row else None)
             walls.append(round(row['wall'] - wall_i, 3) if row else None)
-            hops['dispatch'].append(round(row['wall'] - wall_i, 4) if row else None)
+            hops.append(reaction_hops(g.inference_log, row, wall_i) if row else None)
             print(f'  interjection {text!r} in {task!r}: planner {planner_s[-1]} s, first '
-                  f'action {reactions[-1]} s ({walls[-1]} s wall; hops '
-                  f"{ {k: v[-1] for k, v in hops.items()} })", flush=True)
+                  f'action {reactions[-1]} s ({walls[-1]} s wall; {hops[-1]})', flush=True)
+        period_s = float(g.status.last.control_period_s)
     return {'planner_s': planner_s, 'reactions_s': reactions, 'reactions_wall_s': walls,
-            'hops_wall_s': hops,
+            'hops_ms': hops, 'period_s': period_s,
             'after_s': after_s, 'overrides': [f'{n}.{k}={v!r}' for n, k, v in overrides]}
+
+
+def reaction_hops(inference_log: Path, row: dict[str, Any], wall_i: float
+                  ) -> dict[str, Any] | None:
+    """Wall ms of each step from an interjection (published at ``wall_i``) to ``row``, the
+    first dispatched action of its chunk: to the policy receiving the re-planned context
+    (planner and two DDS hops), waiting there (an inference for the old context still
+    running, or the gate), the chunk's inference, and from its end to the dispatch (DDS and
+    the next control tick). ``busy``: an inference was running when the context came."""
+    records = read_inference_file(inference_log)
+    rec = next((r for r in records if r['outcome'] == 'published'
+                and r['sequence'] == row['sequence']), None)
+    if rec is None or rec['context_wall'] is None:
+        return None
+    heard = rec['context_wall']
+    busy = any(r['start'] < heard <= r['end'] for r in records)
+
+    def ms(seconds: float) -> float:
+        return round(seconds * 1e3, 1)
+    return {'planner': ms(heard - wall_i), 'waiting': ms(rec['start'] - heard),
+            'inference': ms(rec['latency_s']), 'to_dispatch': ms(row['wall'] - rec['end']),
+            'total': ms(row['wall'] - wall_i), 'busy': busy}
 
 
 def first_dispatch_row(dispatch_log: Path, t0: float, min_revision: int = 0) -> dict | None:
@@ -352,31 +367,38 @@ def interjection_table(report: dict[str, Any]) -> list[str]:
               f"{spread(r['reactions_s'])} | {spread(r.get('reactions_wall_s', []))} | "
               f"{sum(v is not None for v in r['reactions_s'])}/{len(r['reactions_s'])} |"
               for r in (inter, loaded) if r],
-            *hop_table([r for r in (inter, loaded) if r and r.get('hops_wall_s')])]
+            *hop_table([r for r in (inter, loaded) if r and r.get('hops_ms')])]
 
 
 def hop_table(runs: list[dict[str, Any]]) -> list[str]:
-    """Where the reaction's wall time goes, per hop: median of each interjection's share."""
+    """Where the reaction's wall time goes, per step: medians over the interjections."""
     if not runs:
         return []
 
-    def share(hops: dict[str, list], a: str | None, b: str) -> str:
-        pairs = [(hops[b][i] - (hops[a][i] if a else 0.0)) * 1e3
-                 for i in range(len(hops[b]))
-                 if hops[b][i] is not None and (a is None or hops[a][i] is not None)]
-        return f'{statistics.median(pairs):.1f}' if pairs else '-'
+    def med(hops: list, key: str) -> str:
+        vals = [h[key] for h in hops if h]
+        return f'{statistics.median(vals):.1f}' if vals else '-'
 
-    return ['', 'Where the wall time goes, as the benchmark process receives each hop (median '
-            'ms over the interjections; each includes one DDS delivery to the benchmark): the '
-            'planner (interjection to the re-planned context), the policy (context to the '
-            'first chunk conditioned on it) and the simulator (chunk to its first dispatched '
-            'action, which waits for the next control tick: one period is 33 ms at 30 Hz).', '',
-            '| load | planner (ms) | policy (ms) | simulator (ms) | total (ms) |',
-            '|---|---|---|---|---|',
-            *[f"| {r.get('load', 'none')} | {share(r['hops_wall_s'], None, 'context')} | "
-              f"{share(r['hops_wall_s'], 'context', 'chunk')} | "
-              f"{share(r['hops_wall_s'], 'chunk', 'dispatch')} | "
-              f"{share(r['hops_wall_s'], None, 'dispatch')} |" for r in runs]]
+    def floor(r: dict[str, Any]) -> str:
+        vals = [h['inference'] + r['period_s'] * 1e3 for h in r['hops_ms'] if h]
+        return f'{statistics.median(vals):.1f}' if vals else '-'
+
+    return ['', "Where the wall time goes (median ms over the interjections, from the policy's "
+            'inference log and the dispatch log, one clock): the planner (the interjection to '
+            'the policy receiving the re-planned context: two DDS deliveries and the re-plan), '
+            'waiting in the policy (an inference for the old context still running: its chunk '
+            'is thrown away), the inference of the first chunk for the new context, and its '
+            'delivery to the simulator with the wait for the next control tick (at most one '
+            'period). The floor is that inference plus one period; "busy" counts the '
+            'interjections that came while an inference was running.', '',
+            '| load | planner (ms) | waiting (ms) | inference (ms) | to dispatch (ms) | total '
+            '(ms) | floor: inference + period (ms) | busy |',
+            '|---|---|---|---|---|---|---|---|',
+            *[f"| {r.get('load', 'none')} | {med(r['hops_ms'], 'planner')} | "
+              f"{med(r['hops_ms'], 'waiting')} | {med(r['hops_ms'], 'inference')} | "
+              f"{med(r['hops_ms'], 'to_dispatch')} | {med(r['hops_ms'], 'total')} | "
+              f"{floor(r)} | {sum(1 for h in r['hops_ms'] if h and h['busy'])}/"
+              f"{len(r['hops_ms'])} |" for r in runs]]
 
 
 def markdown(report: dict[str, Any]) -> str:

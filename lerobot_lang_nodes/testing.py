@@ -228,20 +228,12 @@ class Collector:
 
     def __init__(self) -> None:
         self.messages: list[Any] = []
-        # time.monotonic() at each message's callback, by id (tests may clear ``messages``)
-        self._arrived: dict[int, float] = {}
         self._cond = threading.Condition()
 
     def __call__(self, msg: Any) -> None:
         with self._cond:
             self.messages.append(msg)
-            self._arrived[id(msg)] = time.monotonic()
             self._cond.notify_all()
-
-    def arrival(self, msg: Any) -> float:
-        """time.monotonic() at which ``msg`` (one of ``messages``) was received."""
-        with self._cond:
-            return self._arrived[id(msg)]
 
     def __len__(self) -> int:
         with self._cond:
@@ -695,7 +687,8 @@ class SimGraph:
     """The sim graph's processes (graph.SIM, each its own process) plus a subscribed probe.
 
     ``params`` overrides node parameters of config/sim.yaml: ``{'planner': {'key': value}}``.
-    Every dispatched action is logged by sim_bridge (``dispatches()``).
+    Every dispatched action is logged by sim_bridge (``dispatches()``), every inference by the
+    policy (``inferences()``).
     """
 
     def __init__(self, tmp: Path, params: dict[str, dict[str, Any]] | None = None,
@@ -709,6 +702,8 @@ class SimGraph:
         self.dispatch_log = tmp / 'dispatch.jsonl'
         values = yaml.safe_load(graph.default_params_file('sim').read_text())
         values['sim_bridge']['ros__parameters']['dispatch_log_path'] = str(self.dispatch_log)
+        self.inference_log = tmp / 'inference.jsonl'
+        values['policy']['ros__parameters']['inference_log_path'] = str(self.inference_log)
         self.viewer_port = free_port()
         values['viewer']['ros__parameters']['port'] = self.viewer_port
         for node, overrides in (params or {}).items():
@@ -745,6 +740,10 @@ class SimGraph:
     def dispatches(self) -> list[dict]:
         from lerobot_lang_nodes.core.dispatch_file import read_dispatch_file
         return read_dispatch_file(self.dispatch_log)
+
+    def inferences(self) -> list[dict]:
+        from lerobot_lang_nodes.core.inference_file import read_inference_file
+        return read_inference_file(self.inference_log)
 
     def logs(self, tail: int = 3000) -> str:
         return '\n'.join(f'===== {name} =====\n{p.log_text(tail)}'

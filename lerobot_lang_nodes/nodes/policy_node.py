@@ -29,6 +29,7 @@ from std_msgs.msg import String
 
 from lerobot_lang_msgs.msg import ActionChunk, LanguageContext, RuntimeStatus
 from lerobot_lang_nodes.backends.registry import BackendNotFound, load_backend
+from lerobot_lang_nodes.core.inference_file import InferenceFile
 from lerobot_lang_nodes.core.inference_gate import ExecutorView, InferenceGate
 from lerobot_lang_nodes.core.prompts import action_instruction
 from lerobot_lang_nodes.nodes import convert, qos, runner
@@ -115,6 +116,10 @@ class PolicyConfig:
     status_timeout_s: float = field(default=2.0, metadata={
         'doc': 'Infer only while a runtime_status newer than this was received (s).',
         'range': (0.1, 60.0)})
+    inference_log_path: str = field(default='', metadata={
+        'doc': 'Write one JSON line per inference here (context received, start, end, '
+               'observation stamp, outcome, chunk sequence; core/inference_file.py): where '
+               'a reaction\'s time goes. Empty disables.'})
 
     def __post_init__(self) -> None:
         head, _, index = self.device.partition(':')
@@ -153,6 +158,9 @@ class PolicyNode(Node):
         self._wake = threading.Event()
         self._joints: JointState | None = None
         self._lang_ctx: LanguageContext | None = None
+        self._context_wall: float | None = None  # monotonic arrival of the context's revision
+        self._inference_log = (InferenceFile(self.cfg.inference_log_path)
+                               if self.cfg.inference_log_path else None)
         self._task_revision = 0
         self._task = ''
         self._status: RuntimeStatus | None = None
@@ -266,6 +274,8 @@ class PolicyNode(Node):
 
     def _on_context(self, msg: LanguageContext) -> None:
         with self._lock:
+            if self._lang_ctx is None or msg.revision != self._lang_ctx.revision:
+                self._context_wall = time.monotonic()
             self._lang_ctx = msg
         self._wake.set()
 
@@ -336,6 +346,7 @@ class PolicyNode(Node):
                     continue
                 instruction, revision = self._instruction()
                 flush = self._flush_revision()
+                context_wall = self._context_wall if self.cfg.condition_on == 'context' else None
                 self.gate.started(time.monotonic(), revision, flush)
                 joints = self._joints
                 # The executor owns the control rate; 0 (not announced) = its own period.
@@ -349,10 +360,20 @@ class PolicyNode(Node):
                     'stamp_s': convert.stamp_to_s(joints.header.stamp),
                     'control_period_s': period or None,
                 }
-            self._infer_and_publish(observation, instruction, revision, flush)
+            self._infer_and_publish(observation, instruction, revision, flush, context_wall)
+
+    def _log_inference(self, start: float, outcome: str, observation: dict[str, Any],
+                       revision: int, flush: int | None, context_wall: float | None,
+                       sequence: int | None = None) -> None:
+        if self._inference_log is not None:
+            self._inference_log.write(
+                revision=revision, flush_revision=revision if flush is None else flush,
+                context_wall=context_wall, start=start, end=time.monotonic(),
+                stamp=observation['stamp_s'], outcome=outcome, sequence=sequence)
 
     def _infer_and_publish(self, observation: dict[str, Any], instruction: str,
-                           revision: int, flush: int | None = None) -> None:
+                           revision: int, flush: int | None = None,
+                           context_wall: float | None = None) -> None:
         start = time.monotonic()
         with self._lock:
             self._infer_started = start
@@ -366,6 +387,7 @@ class PolicyNode(Node):
                 self.failures += 1
                 self._last_outcome = 'failed'
                 self.last_error = f'{type(exc).__name__}: {exc}'
+                self._log_inference(start, 'failed', observation, revision, flush, context_wall)
             self.get_logger().error(f'inference failed ({self.failures} so far): '
                                     f'{self.last_error}', throttle_duration_sec=2.0)
             return
@@ -378,17 +400,21 @@ class PolicyNode(Node):
             if timeout > 0 and elapsed > timeout:
                 self.timeouts += 1
                 self._last_outcome = 'timeout'
+                self._log_inference(start, 'timeout', observation, revision, flush, context_wall)
                 self.get_logger().warning(f'inference took {elapsed:.2f} s > inference_timeout_s '
                                           f'{timeout} s: chunk discarded ({self.timeouts} so '
                                           'far)', throttle_duration_sec=2.0)
                 return
             if self._expired(observation, values, elapsed):
+                self._log_inference(start, 'expired', observation, revision, flush, context_wall)
                 return
             self._last_outcome = 'ok'
             flush = revision if flush is None else flush
             current = self._flush_revision()
             if current > flush:  # an operator change came during inference
                 self.discarded_in_flight += 1
+                self._log_inference(start, 'discarded', observation, revision, flush,
+                                    context_wall)
                 self.get_logger().info(f'discarded a chunk computed for revision {revision}; '
                                        f'an operator change came at revision {current}')
                 return
@@ -400,6 +426,8 @@ class PolicyNode(Node):
                                        instruction=instruction, backend=self.cfg.backend,
                                        flush_revision=flush)
             self.gate.published(self._sequence, time.monotonic())
+            self._log_inference(start, 'published', observation, revision, flush, context_wall,
+                                self._sequence)
         try:
             self._pub.publish(msg)
             with self._lock:
@@ -447,6 +475,8 @@ class PolicyNode(Node):
         close = getattr(self.backend, 'close', None)
         if callable(close):
             close()
+        if self._inference_log is not None and not (self._thread and self._thread.is_alive()):
+            self._inference_log.close()  # else a stuck inference still writes its line
 
 
 def main(args: list[str] | None = None) -> int:

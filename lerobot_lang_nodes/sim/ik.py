@@ -11,6 +11,7 @@ from lerobot_lang_nodes.sim.scene import EE_SITE, GRASP_POINT_OFFSET, HOME_QPOS,
 
 ARM_JOINTS = JOINT_NAMES[:5]
 DOWN = np.array([0.0, 0.0, -1.0])
+STALL_RAD = 1e-10  # an iteration moving no joint by more than this has converged
 
 
 def top_down_rotation(jaw_dir: np.ndarray) -> np.ndarray:
@@ -37,6 +38,7 @@ class IkSolver:
         self.upper = model.jnt_range[jnt, 1].copy()
         self.kp = model.actuator_gainprm[[model.actuator(n).id for n in JOINT_NAMES], 0].copy()
         self.damping = damping
+        self.stall_rad = STALL_RAD  # 0: always run every iteration (bench/sim_expert.py)
         self._jp = np.zeros((3, model.nv))
         self._jr = np.zeros((3, model.nv))
 
@@ -97,7 +99,13 @@ class IkSolver:
                 break
             # Small steps keep the iteration on the branch nearest the seed.
             scale = min(1.0, 0.3 / max(1e-9, float(np.max(np.abs(dq)))))
-            q[:5] = np.clip(q[:5] + scale * dq, self.lower[:5], self.upper[:5])
+            moved = np.clip(q[:5] + scale * dq, self.lower[:5], self.upper[:5])
+            if float(np.max(np.abs(moved - q[:5]))) < self.stall_rad:
+                # A fixed point short of tol (a joint limit, or the orientation's null-space
+                # trade-off): more iterations change nothing, and a far target's chunk would
+                # otherwise spend every row's full budget here (the expert's reaction time).
+                break
+            q[:5] = moved
         return q, pos_err
 
     def jaw_angle_for_gap(self, gap: float) -> float:

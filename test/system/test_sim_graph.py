@@ -149,6 +149,20 @@ def test_interjection_from_another_process_replans_and_drops_old_chunks(sim):
     assert sim.status.last.context_revision >= changed.revision
     first_new = revisions.index(next(r for r in revisions if r >= changed.revision))
     assert all(r >= changed.revision for r in revisions[first_new:])
+    # The policy's inference log says where the reaction went, on the dispatch log's clock:
+    # the first chunk for the new context was inferred after the policy heard of it and
+    # dispatched after it was inferred; no chunk of the old operator context was published
+    # once the policy knew of the change (one computed meanwhile is thrown away).
+    inferences = sim.inferences()
+    first = next(r for r in inferences if r['outcome'] == 'published'
+                 and r['revision'] >= changed.revision)
+    assert first['context_wall'] <= first['start'] <= first['end'], first
+    assert first['latency_s'] == pytest.approx(first['end'] - first['start'], abs=1e-5)
+    dispatched = [d for d in sim.dispatches() if d['sequence'] == first['sequence']]
+    assert dispatched and dispatched[0]['wall'] >= first['end'], (first, dispatched[:1])
+    late = [r for r in inferences if r['outcome'] == 'published'
+            and r['flush_revision'] < first['flush_revision'] and r['end'] > first['context_wall']]
+    assert not late, late
     outcome = sim.outcome.wait_for(lambda m: m.success and 'blue' in m.goal, timeout_s=120.0,
                                    what='the blue cube in the bowl')
     assert outcome.context_revision >= changed.revision
