@@ -65,11 +65,13 @@ class SimBridgeConfig(ExecutionParams):
         'doc': 'Rate of sim/ground_truth and sim/task_outcome (sim Hz): how often the scripted '
                'planner sees the scene (a learned one sees camera_hz frames) and how soon a met '
                'goal is reported.', 'range': (0.1, 100.0)})
-    thread_priority: int = field(default=0, metadata={
-        'doc': 'SCHED_FIFO priority of the simulation thread (1..99; 0: normal scheduling). '
-               "Steadier wall-clock pacing on a loaded host; simulated time is the bridge's "
-               'own either way. Refused without an rtprio limit or CAP_SYS_NICE: the loop then '
-               'runs normally and says so (log and /diagnostics).', 'range': (0, 99)})
+    thread_priority: int = field(default=50, metadata={
+        'doc': 'SCHED_FIFO priority of the simulation thread (1..99; 0: normal scheduling), '
+               'as so101_driver: steadier wall-clock pacing of dispatches and outputs on a '
+               "loaded host (simulated time is the bridge's own either way). Applied only "
+               'when paced (real_time_factor > 0): an unpaced loop would hold a core. Refused '
+               'without an rtprio limit or CAP_SYS_NICE: the loop then runs normally and says '
+               'so (log and /diagnostics).', 'range': (0, 99)})
     render_nice: int = field(default=10, metadata={
         'doc': 'Nice increment of the render thread and of the software-GL threads it starts '
                '(0..19): higher lets the other nodes take the CPU before frames on a small '
@@ -191,7 +193,11 @@ class SimBridgeNode(SimulatorBridge, Node):
         cadence = (Cadence(cfg.ctrl_hz * cfg.real_time_factor, time.monotonic(),
                            catch_up_s=CATCH_UP_S) if cfg.real_time_factor > 0 else None)
         self._cadence = cadence
-        if cfg.thread_priority:
+        if cfg.thread_priority and cadence is None:
+            # Back-to-back cycles under SCHED_FIFO would leave the other nodes one core less.
+            self._scheduling_refused = 'not paced (real_time_factor 0): normal scheduling'
+            self.get_logger().info(f'simulation thread: {self._scheduling_refused}')
+        elif cfg.thread_priority:
             self._scheduling_refused = set_realtime(cfg.thread_priority)
             if self._scheduling_refused:
                 self.get_logger().warning(f'simulation thread: {self._scheduling_refused}')
