@@ -13,8 +13,6 @@ policy (``start - context_wall``), the inference, and delivery plus the next con
 
 from __future__ import annotations
 
-from typing import Any
-
 from lerobot_lang_nodes.core.dispatch_file import JsonLinesFile, read_json_lines
 
 OUTCOMES = ('published', 'discarded', 'expired', 'timeout', 'failed')
@@ -36,6 +34,4 @@ class InferenceFile(JsonLinesFile):
             'outcome': outcome, 'sequence': None if sequence is None else int(sequence)})
 
 
-def read_inference_file(path: Any) -> list[dict[str, Any]]:
-    """The complete records of an inference log (a torn last line is left out)."""
-    return read_json_lines(path)
+read_inference_file = read_json_lines  # a torn last line is left out

@@ -362,13 +362,13 @@ class PolicyNode(Node):
                 }
             self._infer_and_publish(observation, instruction, revision, flush, context_wall)
 
-    def _log_inference(self, start: float, outcome: str, observation: dict[str, Any],
-                       revision: int, flush: int | None, context_wall: float | None,
-                       sequence: int | None = None) -> None:
+    def _log_inference(self, start: float, end: float, outcome: str,
+                       observation: dict[str, Any], revision: int, flush: int | None,
+                       context_wall: float | None, sequence: int | None = None) -> None:
         if self._inference_log is not None:
             self._inference_log.write(
                 revision=revision, flush_revision=revision if flush is None else flush,
-                context_wall=context_wall, start=start, end=time.monotonic(),
+                context_wall=context_wall, start=start, end=end,
                 stamp=observation['stamp_s'], outcome=outcome, sequence=sequence)
 
     def _infer_and_publish(self, observation: dict[str, Any], instruction: str,
@@ -382,16 +382,20 @@ class PolicyNode(Node):
                 time.sleep(self.cfg.added_latency_s)  # an emulated slower model
             values = np.asarray(self.backend.infer(observation), dtype=np.float64)
         except Exception as exc:  # noqa: BLE001 - a failed inference is logged, the loop goes on
+            end = time.monotonic()
             with self._lock:
                 self._infer_started = None
                 self.failures += 1
                 self._last_outcome = 'failed'
                 self.last_error = f'{type(exc).__name__}: {exc}'
-                self._log_inference(start, 'failed', observation, revision, flush, context_wall)
+                self._log_inference(start, end, 'failed', observation, revision, flush,
+                                    context_wall)
             self.get_logger().error(f'inference failed ({self.failures} so far): '
                                     f'{self.last_error}', throttle_duration_sec=2.0)
             return
-        elapsed = time.monotonic() - start
+        # The backend's end: the log's latency_s is the latency /diagnostics reports.
+        end = time.monotonic()
+        elapsed = end - start
         timeout = self.cfg.inference_timeout_s
         with self._lock:
             self._infer_started = None
@@ -400,20 +404,22 @@ class PolicyNode(Node):
             if timeout > 0 and elapsed > timeout:
                 self.timeouts += 1
                 self._last_outcome = 'timeout'
-                self._log_inference(start, 'timeout', observation, revision, flush, context_wall)
+                self._log_inference(start, end, 'timeout', observation, revision, flush,
+                                    context_wall)
                 self.get_logger().warning(f'inference took {elapsed:.2f} s > inference_timeout_s '
                                           f'{timeout} s: chunk discarded ({self.timeouts} so '
                                           'far)', throttle_duration_sec=2.0)
                 return
             if self._expired(observation, values, elapsed):
-                self._log_inference(start, 'expired', observation, revision, flush, context_wall)
+                self._log_inference(start, end, 'expired', observation, revision, flush,
+                                    context_wall)
                 return
             self._last_outcome = 'ok'
             flush = revision if flush is None else flush
             current = self._flush_revision()
             if current > flush:  # an operator change came during inference
                 self.discarded_in_flight += 1
-                self._log_inference(start, 'discarded', observation, revision, flush,
+                self._log_inference(start, end, 'discarded', observation, revision, flush,
                                     context_wall)
                 self.get_logger().info(f'discarded a chunk computed for revision {revision}; '
                                        f'an operator change came at revision {current}')
@@ -426,8 +432,8 @@ class PolicyNode(Node):
                                        instruction=instruction, backend=self.cfg.backend,
                                        flush_revision=flush)
             self.gate.published(self._sequence, time.monotonic())
-            self._log_inference(start, 'published', observation, revision, flush, context_wall,
-                                self._sequence)
+            self._log_inference(start, end, 'published', observation, revision, flush,
+                                context_wall, self._sequence)
         try:
             self._pub.publish(msg)
             with self._lock:
