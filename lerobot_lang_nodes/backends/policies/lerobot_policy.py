@@ -22,6 +22,7 @@ from collections.abc import Mapping, Sequence
 import contextlib
 import logging
 import math
+import re
 from pathlib import Path
 import threading
 from typing import Any
@@ -49,6 +50,33 @@ ROBOT_TYPE = 'so_follower'
 
 class PolicyLoadError(RuntimeError):
     """The checkpoint cannot be loaded or cannot run on this graph; the message says why."""
+
+
+# The LeRobot 0.6.1 extra that brings a policy type's optional packages (its processor's
+# num2words, scipy, peft, ...); a type not listed here has an extra of its own name.
+LEROBOT_EXTRAS = {'pi0': 'pi', 'pi05': 'pi', 'pi0_fast': 'pi', 'wall_x': 'wallx',
+                  'multi_task_dit': 'multi-task-dit', 'lingbot_va': 'lingbot-va',
+                  'vla_jepa': 'vla-jepa'}
+LEROBOT_VERSION = '0.6.1'
+# How Python, transformers and LeRobot name a package that is not installed.
+_MISSING_PACKAGE = re.compile(r"No module named '([\w.-]+)'|[Pp]ackage `([\w.-]+)` is required"
+                              r"|'([\w.-]+)' is required")
+
+
+def missing_dependency_error(policy_type: str, path: Path, exc: ImportError) -> PolicyLoadError:
+    """A load failure caused by an optional package that is not installed, with the package
+    and the command that installs what the policy type needs."""
+    name = getattr(exc, 'name', None)
+    if not name:
+        found = _MISSING_PACKAGE.search(str(exc))
+        name = next((g for g in found.groups() if g), None) if found else None
+    extra = LEROBOT_EXTRAS.get(policy_type, policy_type.replace('_', '-'))
+    package = f'the package {name!r}' if name else 'a package'
+    return PolicyLoadError(
+        f'the {policy_type} checkpoint {path} needs {package}, which is not installed '
+        f"({exc}). Install LeRobot's {extra!r} extra into this environment: pip install "
+        f"'lerobot[{extra}]=={LEROBOT_VERSION}' (scripts/setup.sh --ml installs the smolvla "
+        "and pi extras)")
 
 
 def parse_camera_map(entries: Sequence[str], cameras: Sequence[str]) -> dict[str, str]:
@@ -352,6 +380,8 @@ class LeRobotPolicy:
                 preprocessor_overrides={'device_processor': {'device': str(self.device)}})
         except PolicyLoadError:
             raise
+        except ImportError as exc:
+            raise missing_dependency_error(self.policy_type, self.model_path, exc) from exc
         except Exception as exc:  # noqa: BLE001 - safetensors / torch / lerobot raise many
             raise PolicyLoadError(f'loading the {self.policy_type} checkpoint {self.model_path} '
                                   f'failed: {type(exc).__name__}: {exc}') from exc
@@ -526,6 +556,6 @@ class LeRobotPolicy:
             self._torch.cuda.empty_cache()
 
 
-__all__ = ['LeRobotPolicy', 'PolicyLoadError', 'StateUnits', 'check_features',
-           'checkpoint_state_names', 'joint_order', 'names_param', 'nominal_sim_calibration',
-           'parse_camera_map']
+__all__ = ['LEROBOT_EXTRAS', 'LeRobotPolicy', 'PolicyLoadError', 'StateUnits', 'check_features',
+           'checkpoint_state_names', 'joint_order', 'missing_dependency_error', 'names_param',
+           'nominal_sim_calibration', 'parse_camera_map']
