@@ -171,10 +171,23 @@ def test_faults_are_counted_on_diagnostics_and_the_node_keeps_serving(
                      note='counted on /diagnostics, nodes up, no chunk from a failed inference')
 
 
-def test_tiny_diffusion_drives_the_simulator(launch_node, probe, tmp_path) -> None:
-    from lerobot_lang_nodes.tiny_models.policies import build_tiny_diffusion
-    # The U-Net halves the horizon twice: 32 covers n_obs_steps (2) - 1 + the 30-action chunk.
-    ckpt = build_tiny_diffusion(tmp_path / 'diffusion', horizon=32, n_action_steps=CHUNK)
+def build_flat(kind: str, out: Path) -> Path:
+    if kind == 'diffusion':
+        from lerobot_lang_nodes.tiny_models.policies import build_tiny_diffusion
+        # The U-Net halves the horizon twice: 32 covers n_obs_steps (2) - 1 + the chunk.
+        return build_tiny_diffusion(out, horizon=32, n_action_steps=CHUNK)
+    from lerobot_lang_nodes.tiny_models.vla import build_smolvla
+    # LeRobot's default 50-action chunk, of which lerobot-rollout executes n_action_steps.
+    return build_smolvla(out, chunk_size=50, n_action_steps=CHUNK)
+
+
+@pytest.mark.parametrize('kind', ['diffusion', 'smolvla'])
+def test_a_flat_checkpoint_drives_the_simulator(launch_node, probe, tmp_path, kind) -> None:
+    """Diffusion (an observation history) and SmolVLA (a VLA: the instruction through its
+    own tokenizer) from stock LeRobot checkpoints, chunks dispatched by the simulator."""
+    if kind == 'smolvla':
+        require_ml('num2words')
+    ckpt = build_flat(kind, tmp_path / kind)
     params = graph.default_params_file('sim')
     sim = launch_node('lerobot_lang_nodes.nodes.sim_bridge_node',
                       *graph.ros_args(graph.SIM[0], params)[1:])
@@ -182,14 +195,27 @@ def test_tiny_diffusion_drives_the_simulator(launch_node, probe, tmp_path) -> No
                          *policy_args(params, ckpt, '-p', 'use_sim_time:=true'))
     chunks = probe.subscribe(ActionChunk, 'action_chunk', qos.COMMAND)
     status = probe.subscribe(RuntimeStatus, 'runtime_status', qos.STATUS)
+    diag = probe.subscribe(DiagnosticArray, 'diagnostics', qos.STATUS)
     for name in ('sim_bridge', 'policy'):
         probe.wait_for_node(name, timeout_s=LOAD_S, processes=[sim, policy])
-    probe.publisher(String, 'task', qos.LATCHED).publish(String(data=TASK))
-    first = chunks.wait_for(timeout_s=LOAD_S, what='a chunk from the Diffusion policy')
+    task = probe.publisher(String, 'task', qos.LATCHED)
+    task.publish(String(data=TASK))
+    first = chunks.wait_for(timeout_s=LOAD_S, what=f'a chunk from the {kind} policy')
     assert first.backend == 'lerobot' and list(first.action_names) == list(JOINT_NAMES)
+    assert first.instruction == TASK
     assert (first.horizon, first.action_dim) == (CHUNK, 6)
     assert first.control_period_s == pytest.approx(1.0 / CTRL_HZ)
     assert np.all(np.isfinite(first.values))
     st = status.wait_for(lambda s: s.last_accepted_sequence >= 2 and s.dispatched >= 2 * CHUNK,
-                         timeout_s=90.0, what='two Diffusion chunks accepted and dispatched')
+                         timeout_s=90.0, what=f'two {kind} chunks accepted and dispatched')
     assert st.rejected_invalid == 0, st.last_reject_reason
+    # A new task reaches the model: the next chunks are inferred for it.
+    other = 'pick up the blue cube'
+    task.publish(String(data=other))
+    chunks.wait_for(lambda c: c.instruction == other, timeout_s=LOAD_S,
+                    what=f'a {kind} chunk for the new task')
+    ok = wait_until(lambda: (s := policy_status(diag)) and int(values(s)['chunks_published'])
+                    >= 3 and s, 30.0, 'policy diagnostics with chunks published', [sim, policy])
+    v = values(ok)
+    assert v['policy_type'] == kind and v['chunk_length'] == str(CHUNK)
+    assert float(v['latency_p50_ms']) > 0 and v['failures'] == '0', v

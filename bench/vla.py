@@ -1,0 +1,219 @@
+"""Vision-language-action policies and a vision-language planner at real size, on this CPU.
+
+Usage: .venv/bin/python bench/vla.py [--repeats 5] [--sizes tiny real] [--threads 1 2]
+                                     [--no-planner] [--out bench/reports]
+
+Policy: SmolVLA checkpoints built offline with LeRobot 0.6.1's own classes and random weights
+(lerobot_lang_nodes.tiny_models.vla), at the test size (TINY) and at the published size
+(SmolVLM2-500M-Video-Instruct's backbone, of which SmolVLA keeps 16 layers; 50-action chunks,
+10 denoising steps, 512 px images). Each (size, threads) pair runs in a fresh process: load
+time through the `lerobot` backend, resident memory the load added, parameter count, and the
+chunk latency of two paths measured alternately on the same observation, so the machine's
+noise falls on both alike: the policy node's backend path (``LeRobotPolicy.infer``: units,
+resize, LeRobot's pre-processor, ``predict_action_chunk``, post-processor, radians) and
+LeRobot's own path called directly (``prepare_observation_for_inference``, pre-processor,
+``predict_action_chunk``, post-processor). The ratio of their medians is the node path's
+overhead.
+
+Planner: a SmolVLM2-500M-sized vision-language model with random weights through the
+`transformers` planner (load time, memory, generation latency per kind, up to 48 new tokens:
+random weights never stop early), so the cost of a real planner beside a real policy is known.
+
+PI0 and PI0.5 are not measured here: in LeRobot 0.6.1 only their 3.3 B configuration runs
+(see bench/README.md, "VLA policies"). CUDA rows need a GPU machine (none on these).
+Output: a table on stdout and bench/reports/vla.{json,md}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import tempfile
+import time
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+from models import in_child, planner_child, rss_mb, summary
+
+REPORT_DIR = Path(__file__).resolve().parent / 'reports'
+SIZES = ('tiny', 'real')
+
+
+def build_child(size: str, out: str) -> dict:
+    """Runs in a fresh process: build the SmolVLA checkpoint of ``size`` (and its backbone)."""
+    import torch
+    from lerobot_lang_nodes.tiny_models import vla
+    t0 = time.perf_counter()
+    if size == 'tiny':
+        path = vla.build_smolvla(Path(out) / 'smolvla_tiny', chunk_size=50, num_steps=10)
+    else:
+        # The published SmolVLA: 50-action chunks, 10 flow-matching steps, 512 px; the
+        # random action head keeps LeRobot's initialisation scale.
+        path = vla.build_smolvla(Path(out) / 'smolvla_real', size=vla.SMOLVLM2_500M,
+                                 chunk_size=50, num_steps=10, action_scale=1.0)
+    return {'path': str(path), 'build_s': round(time.perf_counter() - t0, 1),
+            'torch': torch.__version__}
+
+
+def policy_child(path: str, threads: int, repeats: int) -> dict:
+    """Runs in a fresh process: load through the backend, then time both paths alternately."""
+    import importlib
+    for name in ('torch', 'lerobot', 'transformers'):  # the load is what is measured
+        importlib.import_module(name)
+    import numpy as np
+    import torch
+    from lerobot.policies.utils import prepare_observation_for_inference
+
+    from lerobot_lang_nodes.backends.policies.lerobot_policy import LeRobotPolicy
+    from lerobot_lang_nodes.tiny_models import policies, vla
+    torch.set_num_threads(threads)
+    base = rss_mb()
+    cfg = SimpleNamespace(model_path=path, device='cpu', dtype='float32',
+                          cameras=policies.CAMERAS, camera_map=(), state_units='degrees',
+                          calibration_id='', calibration_path='')
+    t0 = time.perf_counter()
+    backend = LeRobotPolicy(cfg)
+    load_s = time.perf_counter() - t0
+    loaded = rss_mb()
+    rng = np.random.default_rng(0)
+    task = 'put the red cube in the bowl'
+    obs = {'instruction': task, 'joint_names': list(policies.JOINT_NAMES),
+           'joint_positions': np.zeros(6),
+           'images': {c: rng.integers(0, 255, (240, 320, 3), dtype=np.uint8)
+                      for c in policies.CAMERAS}}
+
+    def direct() -> np.ndarray:
+        # What lerobot-rollout does with the frame: LeRobot's own calls, nothing of ours.
+        with torch.inference_mode():
+            batch = prepare_observation_for_inference(backend.frame(obs), backend.device, task,
+                                                      backend.robot_type)
+            backend._resize(batch)  # the checkpoint's declared size, as the dataset gave it
+            chunk = backend.policy.predict_action_chunk(backend.preprocessor(batch))
+            return backend.postprocessor(chunk[:, :backend.chunk_length]).numpy()
+
+    t = time.perf_counter()
+    first = backend.infer(obs)
+    first_s = time.perf_counter() - t
+    direct()  # warm both paths before timing
+    node_times, direct_times = [], []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        backend.infer(obs)
+        node_times.append(time.perf_counter() - t)
+        t = time.perf_counter()
+        direct()
+        direct_times.append(time.perf_counter() - t)
+    params = vla.parameter_count(backend.policy)
+    backend.close()
+    node, lerobot = summary(node_times), summary(direct_times)
+    return {'threads': threads, 'load_s': round(load_s, 2),
+            'rss_added_mb': round(loaded - base, 1), 'params_m': round(params / 1e6, 1),
+            'chunk_shape': list(first.shape), 'first_inference_ms': round(first_s * 1000, 1),
+            'node': {**node, 'p99_ms': percentile(node_times, 99)},
+            'lerobot': {**lerobot, 'p99_ms': percentile(direct_times, 99)},
+            'overhead_ratio': round(node['p50_ms'] / lerobot['p50_ms'], 3)}
+
+
+def percentile(values: list[float], q: float) -> float:
+    import numpy as np
+    return round(float(np.percentile(np.asarray(values) * 1000.0, q)), 2)
+
+
+def build_planner_child(out: str) -> dict:
+    """Runs in a fresh process: a SmolVLM2-500M-sized model directory with random weights."""
+    import torch
+    from transformers import AutoConfig, AutoModelForImageTextToText
+
+    from lerobot_lang_nodes.tiny_models import vla
+    t0 = time.perf_counter()
+    path = vla.build_smolvlm_backbone(Path(out) / 'smolvlm2_500m', vla.SMOLVLM2_500M)
+    torch.manual_seed(0)
+    model = AutoModelForImageTextToText.from_config(AutoConfig.from_pretrained(path))
+    model.save_pretrained(path)
+    return {'path': str(path), 'build_s': round(time.perf_counter() - t0, 1),
+            'params_m': round(sum(p.numel() for p in model.parameters()) / 1e6, 1)}
+
+
+def markdown(report: dict) -> str:
+    lines = ['# VLA policies and a VLM planner at real size (CPU)', '',
+             f"{report['date']}, {report['machine']['platform']}, "
+             f"{report['machine']['cpus']} CPUs, torch {report.get('torch', '?')}, float32, "
+             f"{report['repeats']} timed chunks per path (the two paths alternate).", '',
+             '| type | size | params M | threads | load s | RSS added MB | first ms | '
+             'node p50 ms | node p99 ms | LeRobot p50 ms | LeRobot p99 ms | node / LeRobot |',
+             '|---|---|---|---|---|---|---|---|---|---|---|---|']
+    for name, res in report['policy'].items():
+        if 'error' in res:
+            lines.append(f"| {name} | error: {res['error']} |" + ' |' * 10)
+            continue
+        kind, size = name.split('_', 1)
+        lines.append(f"| {kind} | {size.rsplit('_', 1)[0]} | {res['params_m']} | "
+                     f"{res['threads']} | {res['load_s']} | {res['rss_added_mb']} | "
+                     f"{res['first_inference_ms']} | {res['node']['p50_ms']} | "
+                     f"{res['node']['p99_ms']} | {res['lerobot']['p50_ms']} | "
+                     f"{res['lerobot']['p99_ms']} | {res['overhead_ratio']} |")
+    planner = report.get('planner')
+    if planner:
+        lines += ['', '## Planner: SmolVLM2-500M-sized VLM, random weights, `transformers` '
+                  'backend', '']
+        if 'error' in planner:
+            lines.append(f"error: {planner['error']}")
+        else:
+            lines += [f"{planner.get('params_m', '?')} M parameters; load "
+                      f"{planner['load_s']} s, RSS added {planner['rss_added_mb']} MB.", '',
+                      '| kind | p50 ms | min ms | max ms | n |', '|---|---|---|---|---|']
+            for kind, k in planner['kinds'].items():
+                lines.append(f"| {kind} | {k['p50_ms']} | {k['min_ms']} | {k['max_ms']} | "
+                             f"{k['n']} |")
+    lines += ['', 'CUDA rows: still to be measured (no GPU machine was lent to this run).']
+    return '\n'.join(lines) + '\n'
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument('--repeats', type=int, default=5, help='timed chunks per path')
+    parser.add_argument('--sizes', nargs='+', choices=SIZES, default=list(SIZES))
+    parser.add_argument('--threads', type=int, nargs='+', default=[1, 2])
+    parser.add_argument('--no-planner', action='store_true')
+    parser.add_argument('--out', type=Path, default=REPORT_DIR)
+    args = parser.parse_args(argv)
+    os.environ['HF_HUB_OFFLINE'] = '1'  # every model here is local; never reach for a hub
+    os.environ.setdefault('TOKENIZERS_PARALLELISM', 'false')
+    report: dict[str, Any] = {
+        'date': time.strftime('%Y-%m-%d %H:%M:%S'),
+        'machine': {'platform': platform.platform(), 'cpus': os.cpu_count(),
+                    'loadavg_start': os.getloadavg()[0]},
+        'repeats': args.repeats, 'builds': {}, 'policy': {}}
+    with tempfile.TemporaryDirectory(prefix='bench_vla_') as tmp:
+        for size in args.sizes:
+            built = in_child(build_child, size, tmp)
+            report['builds'][f'smolvla_{size}'] = built
+            report['torch'] = built.get('torch')
+            for threads in args.threads:
+                name = f'smolvla_{size}_{threads}'
+                report['policy'][name] = (in_child(policy_child, built['path'], threads,
+                                                   args.repeats)
+                                          if 'path' in built else built)
+                print(name, json.dumps(report['policy'][name]), flush=True)
+        if not args.no_planner:
+            built = in_child(build_planner_child, tmp)
+            report['builds']['planner'] = built
+            report['planner'] = (in_child(planner_child, built['path'], '', False, 3)
+                                 if 'path' in built else built)
+            report['planner']['params_m'] = built.get('params_m')
+    report['machine']['loadavg_end'] = os.getloadavg()[0]
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / 'vla.json').write_text(json.dumps(report, indent=2) + '\n')
+    text = markdown(report)
+    (args.out / 'vla.md').write_text(text)
+    sys.stdout.write(text + f"\nreports: {args.out / 'vla.json'}, {args.out / 'vla.md'}\n")
+    failed = [n for n, r in report['policy'].items() if 'error' in r]
+    return 1 if failed or 'error' in report.get('planner', {}) else 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
