@@ -153,6 +153,16 @@ def policy_child(kind: str, chunk: int, tmp: str, repeats: int) -> dict:
                 statistics.median(times) * 1000.0 / max(1, values.shape[0]), 3)}
 
 
+def offline_report(repeats: int) -> dict[str, Any]:
+    """Set this process (and its children) offline; the head of a model benchmark's report."""
+    os.environ['HF_HUB_OFFLINE'] = '1'  # every model here is local; never reach for a hub
+    os.environ.setdefault('TOKENIZERS_PARALLELISM', 'false')
+    return {'date': time.strftime('%Y-%m-%d %H:%M:%S'),
+            'machine': {'platform': platform.platform(), 'cpus': os.cpu_count(),
+                        'loadavg_start': os.getloadavg()[0]},
+            'repeats': repeats}
+
+
 def in_child(fn, *args) -> dict:
     """Run ``fn(*args)`` in a fresh spawned process (clean memory and import state)."""
     ctx = multiprocessing.get_context('spawn')
@@ -270,13 +280,7 @@ def main(argv: list[str] | None = None) -> int:
                         help='policy chunk sizes (default 10 50 100)')
     parser.add_argument('--out', type=Path, default=REPORT_DIR)
     args = parser.parse_args(argv)
-    os.environ['HF_HUB_OFFLINE'] = '1'  # every model here is local; never reach for a hub
-    os.environ.setdefault('TOKENIZERS_PARALLELISM', 'false')
-    report: dict[str, Any] = {
-        'date': time.strftime('%Y-%m-%d %H:%M:%S'),
-        'machine': {'platform': platform.platform(), 'cpus': os.cpu_count(),
-                    'loadavg_start': os.getloadavg()[0]},
-        'repeats': args.repeats, 'planner': {}, 'policy': {}}
+    report: dict[str, Any] = {**offline_report(args.repeats), 'planner': {}, 'policy': {}}
     with tempfile.TemporaryDirectory(prefix='bench_models_') as tmp:
         model_dir = build_tiny_vlm(Path(tmp) / 'tiny_vlm')
         report['planner']['tiny_idefics3'] = in_child(planner_child, str(model_dir), '',

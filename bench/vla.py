@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import sys
 import tempfile
 import time
@@ -37,7 +36,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from models import in_child, planner_child, rss_mb, summary
+from models import in_child, offline_report, planner_child, rss_mb, summary
 
 REPORT_DIR = Path(__file__).resolve().parent / 'reports'
 SIZES = ('tiny', 'real')
@@ -181,13 +180,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument('--no-planner', action='store_true')
     parser.add_argument('--out', type=Path, default=REPORT_DIR)
     args = parser.parse_args(argv)
-    os.environ['HF_HUB_OFFLINE'] = '1'  # every model here is local; never reach for a hub
-    os.environ.setdefault('TOKENIZERS_PARALLELISM', 'false')
-    report: dict[str, Any] = {
-        'date': time.strftime('%Y-%m-%d %H:%M:%S'),
-        'machine': {'platform': platform.platform(), 'cpus': os.cpu_count(),
-                    'loadavg_start': os.getloadavg()[0]},
-        'repeats': args.repeats, 'builds': {}, 'policy': {}}
+    report: dict[str, Any] = {**offline_report(args.repeats), 'builds': {}, 'policy': {}}
     with tempfile.TemporaryDirectory(prefix='bench_vla_') as tmp:
         for size in args.sizes:
             built = in_child(build_child, size, tmp)

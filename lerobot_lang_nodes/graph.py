@@ -135,6 +135,13 @@ def real_specs(cameras: tuple[str, ...] | list[str] = ()) -> tuple[NodeSpec, ...
 
 
 PARAMS_FILES = {'sim': 'sim.yaml', 'real': 'real.yaml', 'robocasa': 'robocasa.yaml'}
+# The node of each graph that executes chunks (and so owns the dry_run parameter).
+EXECUTORS = {'sim': SIM[0].name, 'real': REAL[0].name, 'robocasa': ROBOCASA_BRIDGE.name}
+
+
+def dry_run_overrides(graph_name: str) -> dict[str, dict[str, object]]:
+    """The executor parameters of a dry run: chunks are played, nothing moves."""
+    return {EXECUTORS[graph_name]: {'dry_run': True}}
 
 
 def default_params_file(graph: str) -> Path:
@@ -242,6 +249,9 @@ LAUNCH_ARGUMENTS = (
                    choices=_BOOL),
     LaunchArgument('viewer_port', 'live view TCP port (the next free one is used if taken); '
                    'empty = the params file (8010)'),
+    LaunchArgument('dry_run', 'the policy runs on the live observations and its chunks are '
+                   'published, logged and played, but the executor never moves the arm (the '
+                   'first run of a new checkpoint)', 'false', choices=_BOOL),
     LaunchArgument('record', 'also start the recorder node (rosbag2 MCAP of the session)',
                    'false', choices=_BOOL),
     LaunchArgument('record_dir', 'folder the recorder writes its bags into', 'recordings'),
@@ -343,6 +353,8 @@ def launch_plan(graph_name: str, values: dict[str, str]) -> LaunchPlan:
                                 v['planner_backend'], v['hierarchical'], v['device'])
     if simulator:
         overrides = _merge(overrides, {ROBOCASA_BRIDGE.name: {'simulator': simulator}})
+    if _truthy(v['dry_run']):
+        overrides = _merge(overrides, dry_run_overrides(nodes_of))
     cameras: tuple[str, ...] = ()
     if graph_name == 'real':
         overrides = _merge(overrides, _real_robot_overrides(v))

@@ -60,6 +60,10 @@ def add_arguments(command: str, parser: argparse.ArgumentParser) -> None:
     session.add_argument('--record', action='store_true',
                          help='record the session (rosbag2 MCAP, recorder node) into '
                               'DIR/bags')
+    parser.add_argument('--dry-run', action='store_true',
+                        help='run the policy on the live observations and publish, log and '
+                             'show its chunks, but never move the arm (the executor holds): '
+                             'the first thing to do with a new checkpoint')
     parser.add_argument('--composed', action='store_true',
                         help='run planner and policy in one process (`planner_policy`), so a '
                              'hierarchical checkpoint named by both is loaded once')
@@ -155,8 +159,10 @@ def graph_name(command: str, args: argparse.Namespace) -> str:
     return graph.SIMULATORS[getattr(args, 'simulator', None) or 'mujoco'][0]
 
 
-def model_overrides(args: argparse.Namespace) -> dict[str, dict[str, object]]:
-    """The parameters the model (and simulator) options set ({} when none is given)."""
+def model_overrides(args: argparse.Namespace,
+                    command: str = 'sim') -> dict[str, dict[str, object]]:
+    """The parameters the model, simulator and --dry-run options set ({} when none is
+    given)."""
     out = graph.model_overrides(
         *(getattr(args, k, None) or '' for k in ('policy_path', 'policy_backend',
                                                  'planner_model', 'planner_backend',
@@ -164,6 +170,9 @@ def model_overrides(args: argparse.Namespace) -> dict[str, dict[str, object]]:
     simulator = graph.SIMULATORS[getattr(args, 'simulator', None) or 'mujoco'][1]
     if simulator:
         out.setdefault(graph.ROBOCASA_BRIDGE.name, {})['simulator'] = simulator
+    if getattr(args, 'dry_run', False):
+        for node, values in graph.dry_run_overrides(graph_name(command, args)).items():
+            out.setdefault(node, {}).update(values)
     return out
 
 
@@ -236,13 +245,13 @@ def run(command: str, args: argparse.Namespace) -> int:
         from lerobot_lang_nodes.cli import real_config  # the hardware path adds this module
         try:
             params_file = real_config.params_file_from_robot_yaml(
-                args.robot_yaml, params_file, overrides=model_overrides(args))
+                args.robot_yaml, params_file, overrides=model_overrides(args, command))
         except real_config.RobotConfigError as exc:
             print(f'error: {exc}', file=sys.stderr)
             return 2
         cameras = tuple(real_config.camera_names(args.robot_yaml))
     else:
-        params_file = apply_overrides(params_file, model_overrides(args))
+        params_file = apply_overrides(params_file, model_overrides(args, command))
     if args.task is None:
         args.task = {'sim': DEFAULT_SIM_TASK, 'robocasa': SCENE_TASK}.get(
             graph_name(command, args), '')

@@ -185,6 +185,9 @@ class ExecutorConfig:
     blend_new_weight: float = 0.5
     time_align: bool = True
     start_paused: bool = False
+    # Dry run: chunks are validated, queued and played at the control rate as usual, but
+    # tick() returns None (hold) and the action is kept as the planned target instead.
+    dry_run: bool = False
     # A chunk's control period may differ from 1/ctrl_hz by this fraction; the queue plays one
     # action per tick, so a chunk made for another rate would run too fast or too slow.
     period_tolerance: float = 0.02
@@ -233,7 +236,7 @@ class ExecutorConfig:
         if self.replace not in REPLACE_POLICIES:
             raise config_error('replace', self.replace, f'one of {REPLACE_POLICIES}',
                                "use 'tail' unless you need blending or appending")
-        for name in ('time_align', 'start_paused'):
+        for name in ('time_align', 'start_paused', 'dry_run'):
             if not isinstance(getattr(self, name), bool):
                 raise config_error(name, getattr(self, name), 'True or False')
         for name in ('period_tolerance', 'max_future_s'):
@@ -278,6 +281,9 @@ class ExecutorStatus:
     burst_deadline_s: float | None = None
     flush_revision: int = 0  # newest operator change known; older chunks are discarded
     control_period_s: float = 0.0  # 1 / ctrl_hz: the period chunks must be computed for
+    dry_run: bool = False  # actions are played without being sent (tick returns None)
+    planned: int = 0  # dry run: actions played without being sent
+    planned_target: tuple[float, ...] = ()  # dry run: the last action that was not sent
 
 
 class DispatchRecord(NamedTuple):
@@ -359,6 +365,8 @@ class ChunkExecutor:
         self._accepted = 0
         self._dropped = 0
         self._catchup_skipped = 0
+        self._planned = 0
+        self._planned_target: tuple[float, ...] = ()
 
     # ---------------------------------------------------------------- properties
 
@@ -652,13 +660,17 @@ class ChunkExecutor:
                     n = len(self._queue) if due >= len(self._queue) else max(1, round(due))
             for _ in range(n):
                 entry = self._queue.popleft()
-            self._dispatched += n
             self._catchup_skipped += n - 1
             self._last_dispatch_s = float(now_s)
             self._last_seq = entry.sequence
             self._last_rev = entry.revision
             self._active_instruction = entry.instruction
             action = np.array(entry.action, dtype=np.float64)
+            if self.cfg.dry_run:  # played on time, never sent: the robot holds
+                self._planned += n
+                self._planned_target = tuple(float(v) for v in action)
+                return None
+            self._dispatched += n
             callback = self.on_dispatch
         if callback is not None:
             try:
@@ -699,4 +711,6 @@ class ChunkExecutor:
                 catchup_skipped=self._catchup_skipped,
                 burst_deadline_s=self._deadline,
                 flush_revision=self._flush_revision, control_period_s=self._period,
+                dry_run=self.cfg.dry_run, planned=self._planned,
+                planned_target=self._planned_target,
             )

@@ -75,6 +75,7 @@ def status_to_msg(status: ExecutorStatus, stamp_s: float) -> RuntimeStatus:
         discarded_stale=int(status.discarded_stale),
         rejected_invalid=int(status.rejected_invalid), starved_ticks=int(status.starved_ticks),
         active_instruction=status.active_instruction,
-        last_reject_reason=status.last_reject_reason)
+        last_reject_reason=status.last_reject_reason, dry_run=bool(status.dry_run),
+        planned=int(status.planned), planned_target=list(status.planned_target))
     s_to_stamp(stamp_s, msg.header.stamp)
     return msg

@@ -30,6 +30,10 @@ class ExecutorParams:
                'has already passed.'})
     start_paused: bool = field(default=False, metadata={
         'doc': 'Start in paused mode: nothing moves before the resume service is called.'})
+    dry_run: bool = field(default=False, metadata={
+        'doc': 'Dry run: chunks are accepted and played at the control rate but never sent '
+               'to the robot, which holds; runtime_status reports planned and '
+               'planned_target. The first thing to do with a new checkpoint.'})
     status_hz: float = field(default=5.0, metadata={
         'doc': 'runtime_status rate (Hz); also sent at once when the queue crosses the refill '
                'threshold.', 'range': (0.1, 100.0)})
@@ -65,7 +69,8 @@ def make_executor(params: ExecutorParams, action_names: tuple[str, ...], ctrl_hz
         lower_limits=(np.asarray(lower) - margin).tolist(),
         upper_limits=(np.asarray(upper) + margin).tolist(),
         refill_fraction=params.refill_fraction, replace=params.replace,
-        time_align=params.time_align, start_paused=params.start_paused), **kw)
+        time_align=params.time_align, start_paused=params.start_paused,
+        dry_run=params.dry_run), **kw)
 
 
 def submit_chunk_msg(executor: ChunkExecutor, msg: ActionChunk, now_s: float) -> None:

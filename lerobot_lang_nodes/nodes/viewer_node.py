@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Optional
 
 import numpy as np
@@ -13,7 +13,7 @@ from rclpy.clock import Clock, ClockType
 from rclpy.node import Node
 from sensor_msgs.msg import Image
 
-from lerobot_lang_msgs.msg import LanguageContext
+from lerobot_lang_msgs.msg import LanguageContext, RuntimeStatus
 from lerobot_lang_nodes.core.images import ImageFormatError
 from lerobot_lang_nodes.nodes import convert, qos
 from lerobot_lang_nodes.nodes.params import declare_config, reject_unknown_parameters
@@ -23,6 +23,14 @@ from lerobot_lang_nodes.viewer.mjpeg import MjpegServer, MjpegServerError
 from lerobot_lang_nodes.viewer.video import LatestPngWriter, Mp4Writer, VideoWriterError
 
 NODE_NAME = 'viewer'
+
+
+def dry_run_text(msg: RuntimeStatus) -> str:
+    """The header row of a dry run: the arm holds, the planned target (rad) is shown."""
+    if not msg.dry_run:
+        return ''
+    target = ' '.join(f'{v:+.2f}' for v in msg.planned_target) or '-'
+    return f'the arm holds; planned target (rad) {target} ({msg.planned} actions played)'
 
 
 class ViewerStartError(OSError):
@@ -124,6 +132,8 @@ class ViewerNode(Node):
                                      qos.SENSOR, callback_group=inputs)
         self.create_subscription(LanguageContext, 'language_context', self._on_context,
                                  qos.LATCHED, callback_group=inputs)
+        self.create_subscription(RuntimeStatus, 'runtime_status', self._on_status, qos.STATUS,
+                                 callback_group=inputs)
         # Steady clock: the live view keeps its rate when sim time is slow, paused or absent.
         self._timer = self.create_timer(1.0 / cfg.fps, self._on_timer,
                                         callback_group=MutuallyExclusiveCallbackGroup(),
@@ -163,12 +173,20 @@ class ViewerNode(Node):
             self._dirty = True
 
     def _on_context(self, msg: LanguageContext) -> None:
-        annotation = Annotation(task=msg.task, subtask=msg.subtask, memory=msg.memory)
         with self._lock:
+            annotation = Annotation(task=msg.task, subtask=msg.subtask, memory=msg.memory,
+                                    dry_run=self._annotation.dry_run)
             self._annotation = annotation
             self._revision = int(msg.revision)
             self._dirty = True
         self._server.set_status(f'rev {msg.revision} | subtask: {msg.subtask or "-"}')
+
+    def _on_status(self, msg: RuntimeStatus) -> None:
+        text = dry_run_text(msg)
+        with self._lock:
+            if text != self._annotation.dry_run:
+                self._annotation = replace(self._annotation, dry_run=text)
+                self._dirty = True
 
     def _on_timer(self) -> None:
         with self._tick_lock:

@@ -258,7 +258,9 @@ class So101ControlHost:
                     if self.active:
                         robot.hold_present_position()
                     return result
-                if action is None and self.executor.mode == MODE_ACTION:
+                # A dry run never sends an action by design: nothing for the watchdog to miss.
+                if (action is None and self.executor.mode == MODE_ACTION
+                        and not self.executor.cfg.dry_run):
                     self._watchdog(robot)
             except PortDisconnected as exc:
                 self._on_disconnect(exc)

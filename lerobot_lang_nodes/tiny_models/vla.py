@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lerobot_lang_nodes.tiny_models.policies import CAMERAS, IMAGE_SHAPE, _features, _save, _stats
+from lerobot_lang_nodes.tiny_models.policies import (CAMERAS, IMAGE_SHAPE, STATE_MAX, STATE_MEAN,
+                                                     STATE_MIN, _features, _save, _stats)
 
 # The words the tiny tokenizer is trained on (byte-level BPE: any other text still encodes).
 INSTRUCTIONS: tuple[str, ...] = (
@@ -62,6 +63,11 @@ SMOLVLM2_500M = SmolVLMSize(hidden_size=960, intermediate_size=2560, layers=32, 
                             vision_layers=12, vision_heads=12, image_size=512, scale_factor=4,
                             vocab_size=49280)
 PATCH = 16
+# The action statistics of the built checkpoints: a flow-matching policy starts each chunk
+# from unit noise, which random weights barely move, so the unnormalised actions spread by
+# about the action std around the mean. 5 degrees (5 % of the gripper's range) keeps them
+# well inside the SO-101's joint limits, as a trained policy's would be.
+ACTION_STATS = {'mean': STATE_MEAN, 'std': (5.0,), 'min': STATE_MIN, 'max': STATE_MAX}
 
 
 def build_smolvlm_backbone(out: str | Path, size: SmolVLMSize = TINY,
@@ -114,8 +120,8 @@ def build_smolvla(out: str | Path, *, backbone: str | Path | None = None,
     ``backbone`` is the SmolVLM directory the checkpoint names (written with ``size`` when
     missing; default ``<out>_vlm`` beside the checkpoint). ``num_steps`` is the flow-matching
     denoising step count (LeRobot's default is 10; 3 keeps a test chunk cheap).
-    ``action_scale`` shrinks the random action projection so actions stay near the statistics'
-    mean, as a trained policy's would.
+    ``action_scale`` shrinks the random velocity head, so each chunk stays near the noise
+    the flow starts from, which ``ACTION_STATS`` keeps inside the joint limits.
     """
     import torch
     from lerobot.policies.smolvla.configuration_smolvla import SmolVLAConfig
@@ -136,7 +142,7 @@ def build_smolvla(out: str | Path, *, backbone: str | Path | None = None,
     with torch.no_grad():
         policy.model.action_out_proj.weight.mul_(action_scale)
         policy.model.action_out_proj.bias.zero_()
-    return _save(policy, cfg, _stats(inputs, outputs), out)
+    return _save(policy, cfg, _stats(inputs, outputs, {'action': ACTION_STATS}), out)
 
 
 def parameter_count(policy: Any) -> int:

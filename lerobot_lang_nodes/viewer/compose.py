@@ -31,6 +31,8 @@ class Annotation:
     task: str = ''
     subtask: str = ''
     memory: str = ''
+    # Dry run: what the executor would have sent (drawn as a row only when set).
+    dry_run: str = ''
 
 
 def as_rgb8(image: np.ndarray, name: str = 'view') -> np.ndarray:
@@ -201,6 +203,8 @@ class Composer:
         line_h = int(font.getbbox('Ag')[3]) + 3
         fields = (('Task:', annotation.task), ('Subtask:', annotation.subtask),
                   ('Memory:', annotation.memory))
+        if annotation.dry_run:
+            fields += (('DRY RUN:', annotation.dry_run),)
         key_w = int(max(font.getlength(k) for k, _ in fields)) + 6
         value_w = max(8, width - 2 * margin - key_w)
         rows: list[tuple[str, list[str]]] = []

@@ -561,3 +561,33 @@ def test_each_refusal_is_logged_once_then_every_nth_with_a_count(caplog):
 def test_rate_and_log_settings_are_validated(field, value):
     with pytest.raises(ConfigError):
         make_cfg(**{field: value})
+
+
+# ------------------------------------------------------------------ dry run
+
+
+def test_dry_run_plays_chunks_on_time_but_never_returns_an_action():
+    log = DispatchLog()
+    ex = ChunkExecutor(make_cfg(dry_run=True, refill_fraction=0.5), on_dispatch=log)
+    assert ex.submit(chunk(horizon=4), 0.0).accepted
+    assert run(ex, 0.0, 3) == [None, None, None]  # the robot holds
+    st = ex.status()
+    assert st.dry_run and st.planned == 3 and st.dispatched == 0 and len(log.records) == 0
+    assert st.planned_target == (2.0, 2.0, 2.0)  # the third action of the ramp
+    assert st.queue_depth == 1 and st.needs_refill  # the policy is asked for the next chunk
+    assert st.last_chunk_sequence == 1 and st.active_instruction == chunk().instruction
+    assert ex.tick(0.3) is None and ex.status().planned == 4
+    assert ex.tick(0.4) is None and ex.status().starved_ticks == 1
+
+
+def test_without_dry_run_nothing_is_planned():
+    ex = ChunkExecutor(make_cfg())
+    ex.submit(chunk(horizon=2), 0.0)
+    assert ex.tick(0.0) is not None
+    st = ex.status()
+    assert not st.dry_run and st.planned == 0 and st.planned_target == () and st.dispatched == 1
+
+
+def test_dry_run_must_be_a_bool():
+    with pytest.raises(ConfigError, match='dry_run'):
+        make_cfg(dry_run='yes')

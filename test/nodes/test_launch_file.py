@@ -204,6 +204,23 @@ def test_real_launch_file_starts_the_real_graph(launch_stand_ins, tmp_path):
     assert not any(node_params(params, s.name)['use_sim_time'] for s in specs)
     for spec, node in zip(specs, nodes):
         assert [tuple(r) for r in node['remappings']] == list(spec.remaps)
+    assert 'dry_run' not in driver  # the arm moves unless a dry run is asked for
+
+
+@pytest.mark.parametrize('graph_name, executor', [('sim', 'sim_bridge'),
+                                                  ('real', 'so101_driver')])
+def test_dry_run_argument_reaches_the_executor_only(launch_stand_ins, tmp_path, graph_name,
+                                                    executor):
+    extra = {}
+    if graph_name == 'real':
+        ckpt = tmp_path / 'ckpt'
+        ckpt.mkdir()
+        (ckpt / 'config.json').write_text(json.dumps({'type': 'smolvla'}))
+        extra = dict(robot_port='/dev/ttyUSB3', calibration='my_follower',
+                     policy_path=str(ckpt))
+    _args, nodes, params = launch(graph_name, dry_run='true', **extra)
+    assert node_params(params, executor)['dry_run'] is True
+    assert 'dry_run' not in node_params(params, 'policy')  # the policy runs as ever
 
 
 def test_real_launch_refuses_a_graph_without_a_policy_checkpoint(launch_stand_ins):

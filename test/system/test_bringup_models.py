@@ -62,6 +62,14 @@ def test_hierarchical_option_composes_one_process_with_one_model(tmp_path):
     assert over['planner']['model_path'] == over['policy']['model_path']
 
 
+@pytest.mark.parametrize('simulator, executor', [('mujoco', 'sim_bridge'),
+                                                 ('robocasa', 'robocasa_bridge')])
+def test_dry_run_option_sets_the_executors_parameter(simulator, executor):
+    over = bringup.model_overrides(_args('sim', '--dry-run', '--simulator', simulator))
+    assert over[executor]['dry_run'] is True
+    assert 'dry_run' not in bringup.model_overrides(_args('sim')).get(executor, {})
+
+
 def test_real_command_line_policy_wins_over_a_robot_yaml_without_one(tmp_path):
     (tmp_path / 'ckpt').mkdir()
     (tmp_path / 'ckpt' / 'config.json').write_text(json.dumps({'type': 'act'}))
@@ -77,6 +85,11 @@ def test_real_command_line_policy_wins_over_a_robot_yaml_without_one(tmp_path):
     assert out['policy']['ros__parameters']['model_path'] == str(tmp_path / 'ckpt')
     # No planner model: the task conditions the policy directly.
     assert out['planner']['ros__parameters']['direct_subtask'] is True
+    assert 'dry_run' not in out['so101_driver']['ros__parameters']
+    args = _args('real', str(robot), '--policy-path', str(tmp_path / 'ckpt'), '--dry-run')
+    out = _params(real_config.params_file_from_robot_yaml(
+        robot, defaults, overrides=bringup.model_overrides(args, 'real')))
+    assert out['so101_driver']['ros__parameters']['dry_run'] is True
 
 
 @pytest.mark.slow

@@ -47,6 +47,11 @@ POLICY_WAIT_S = 120.0  # the policy process imports torch and LeRobot and loads 
 CHUNK = 30  # 1 s: outlasts torch inference on two loaded cores
 
 
+@pytest.fixture(scope='module')
+def act_checkpoint(tmp_path_factory) -> Path:
+    return build_tiny_act(tmp_path_factory.mktemp('ckpt') / 'act', chunk_size=CHUNK)
+
+
 @pytest.fixture(scope='module', params=['act', 'smolvla'])
 def checkpoint(request, tmp_path_factory) -> Path:
     """ACT, and SmolVLA (a VLA from stock LeRobot classes; its 50-action chunk executed
@@ -71,62 +76,107 @@ def _write_robot_yaml(tmp: Path, port: Path, calibration: Path, checkpoint: Path
     return out
 
 
-def test_real_bringup_against_the_emulator(tmp_path, probe, checkpoint) -> None:
-    emu = EmulatorProcess(IDS, link=tmp_path / 'so101').start()
-    cal = tmp_path / 'so101_follower.json'
-    save_calibration({j: MotorCalibration(i + 1, 0, 0, 0 if j == 'wrist_roll' else 1000,
-                                          4095 if j == 'wrist_roll' else 3000)
-                      for i, j in enumerate(JOINT_NAMES)}, path=cal)
-    robot_yaml = _write_robot_yaml(tmp_path, Path(emu.port), cal, checkpoint)
-    joints = probe.subscribe(JointState, '/joint_states', qos.SENSOR)
-    images = {c: probe.subscribe(Image, f'/cameras/{c}/image_raw', qos.SENSOR) for c in CAMERAS}
-    status = probe.subscribe(RuntimeStatus, '/runtime_status', qos.STATUS)
-    chunks = probe.subscribe(ActionChunk, '/action_chunk', qos.COMMAND)
-    log = tmp_path / 'real.log'
-    with log.open('w') as out:
-        proc = subprocess.Popen([sys.executable, '-m', 'lerobot_lang_nodes.cli.main', 'real',
-                                 str(robot_yaml), '--no-viewer', '--timeout', '120',
-                                 '--output-dir', str(tmp_path / 'session')],
-                                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=True, env=dict(os.environ))
-    kids: list[int] = []
-    try:
-        def alive() -> None:
-            assert proc.poll() is None, log.read_text()[-4000:]
+class RealBringup:
+    """`lerobot-lang real` started as a user starts it, against an emulator process; the
+    probe's subscriptions; teardown that never leaves a node or torque behind."""
 
-        def wait(predicate, what: str):
-            return wait_until(lambda: (alive(), predicate())[1], WAIT_S, what)
+    def __init__(self, tmp_path: Path, probe, checkpoint: Path, *options: str) -> None:
+        self.emu = EmulatorProcess(IDS, link=tmp_path / 'so101').start()
+        cal = tmp_path / 'so101_follower.json'
+        save_calibration({j: MotorCalibration(i + 1, 0, 0, 0 if j == 'wrist_roll' else 1000,
+                                              4095 if j == 'wrist_roll' else 3000)
+                          for i, j in enumerate(JOINT_NAMES)}, path=cal)
+        robot_yaml = _write_robot_yaml(tmp_path, Path(self.emu.port), cal, checkpoint)
+        self.probe = probe
+        self.joints = probe.subscribe(JointState, '/joint_states', qos.SENSOR)
+        self.images = {c: probe.subscribe(Image, f'/cameras/{c}/image_raw', qos.SENSOR)
+                       for c in CAMERAS}
+        self.status = probe.subscribe(RuntimeStatus, '/runtime_status', qos.STATUS)
+        self.chunks = probe.subscribe(ActionChunk, '/action_chunk', qos.COMMAND)
+        self.log = tmp_path / 'real.log'
+        with self.log.open('w') as out:
+            self.proc = subprocess.Popen(
+                [sys.executable, '-m', 'lerobot_lang_nodes.cli.main', 'real', str(robot_yaml),
+                 '--no-viewer', '--timeout', '120', '--output-dir', str(tmp_path / 'session'),
+                 *options],
+                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                start_new_session=True, env=dict(os.environ))
+        self.kids: list[int] = []
+        self.torque: dict[int, int] = {}
 
-        first = joints.wait_for(timeout_s=WAIT_S, what='joint_states from so101_driver')
-        alive()
-        assert list(first.name) == list(JOINT_NAMES)
-        for c in CAMERAS:
-            img = images[c].wait_for(timeout_s=WAIT_S, what=f'cameras/{c}/image_raw')
-            assert (img.width, img.height, img.encoding) == (160, 120, 'rgb8')
-        paused = status.wait_for(timeout_s=WAIT_S, what='runtime_status')
-        assert status.messages[0].mode == 'paused', status.messages[0].mode  # starts paused
-        assert paused.mode == 'paused'
-        # The control loop (and its status) starts at configure; torque comes on at activate.
-        wait(lambda: all(emu.register(i, 'Torque_Enable') == 1 for i in IDS),
-             'the active driver to hold with torque on')
-        resume = probe.call(Trigger, '/resume', Trigger.Request(), timeout_s=WAIT_S)
+    def alive(self) -> None:
+        assert self.proc.poll() is None, self.log.read_text()[-4000:]
+
+    def wait(self, predicate, what: str):
+        return wait_until(lambda: (self.alive(), predicate())[1], WAIT_S, what)
+
+    def resume_with_task(self, task: str = 'put the red cube in the bowl') -> ActionChunk:
+        """Torque on, /resume, the task: the policy's first chunk."""
+        self.wait(lambda: all(self.emu.register(i, 'Torque_Enable') == 1 for i in IDS),
+                  'the active driver to hold with torque on')
+        resume = self.probe.call(Trigger, '/resume', Trigger.Request(), timeout_s=WAIT_S)
         assert resume.success, resume.message
-        status.messages.clear()
-        status.wait_for(lambda s: s.mode == 'action', timeout_s=WAIT_S,
-                        what='runtime_status in mode action after /resume')
-        # The LeRobot checkpoint drives the driver: its chunks are accepted and dispatched, and
-        # every goal written stays inside the calibrated range and max_relative_target.
-        emu.goal_writes(clear=True)
-        probe.publisher(String, '/task', qos.LATCHED).publish(
-            String(data='put the red cube in the bowl'))
-        chunk = chunks.wait_for(timeout_s=POLICY_WAIT_S, what='a chunk from the lerobot policy')
-        alive()
+        self.status.messages.clear()
+        self.status.wait_for(lambda s: s.mode == 'action', timeout_s=WAIT_S,
+                             what='runtime_status in mode action after /resume')
+        self.emu.goal_writes(clear=True)
+        self.probe.publisher(String, '/task', qos.LATCHED).publish(String(data=task))
+        chunk = self.chunks.wait_for(timeout_s=POLICY_WAIT_S,
+                                     what='a chunk from the lerobot policy')
+        self.alive()
         assert chunk.backend == 'lerobot' and list(chunk.action_names) == list(JOINT_NAMES)
         assert chunk.horizon == CHUNK
-        st = status.wait_for(lambda s: s.last_accepted_sequence >= 2 and s.dispatched >= CHUNK,
-                             timeout_s=WAIT_S, what='lerobot chunks accepted and dispatched')
+        return chunk
+
+    def stop(self) -> None:
+        """Ctrl-C as a terminal sends it; the supervisor and its nodes must exit cleanly."""
+        # driver, front_camera, wrist_camera, planner, policy (no viewer)
+        self.kids = self.wait(lambda: [k for k in [child_pids(self.proc.pid)]
+                                       if len(k) == 5], 'five node processes')[0]
+        self.proc.send_signal(signal.SIGINT)  # a terminal's Ctrl-C reaches only the supervisor
+        assert self.proc.wait(timeout=WAIT_S) == 0, self.log.read_text()[-4000:]
+
+    def close(self) -> None:
+        stop_popen(self.proc, 30.0)  # only if a test failed first and left it running
+        for pid in self.kids:  # never leave a node behind, even when an assertion failed
+            if not process_gone(pid):
+                os.kill(pid, signal.SIGKILL)
+        try:  # read before the emulator process stops; asserted after the bring-up checks
+            self.torque = {i: self.emu.register(i, 'Torque_Enable') for i in IDS}
+        finally:
+            self.emu.stop()
+
+    def check_clean_exit(self) -> None:
+        wait_until(lambda: all(process_gone(k) for k in self.kids), 10.0,
+                   'every node process gone')
+        text = self.log.read_text()
+        assert 'Traceback' not in text and 'killing pid' not in text, text[-4000:]
+        assert text.rstrip().endswith('[lerobot-lang] stopped'), text[-2000:]
+        assert not any(self.torque.values()), (
+            f'torque still enabled after shutdown: {self.torque}')
+
+
+def test_real_bringup_against_the_emulator(tmp_path, probe, checkpoint) -> None:
+    run = RealBringup(tmp_path, probe, checkpoint)
+    try:
+        first = run.joints.wait_for(timeout_s=WAIT_S, what='joint_states from so101_driver')
+        run.alive()
+        assert list(first.name) == list(JOINT_NAMES)
+        for c in CAMERAS:
+            img = run.images[c].wait_for(timeout_s=WAIT_S, what=f'cameras/{c}/image_raw')
+            assert (img.width, img.height, img.encoding) == (160, 120, 'rgb8')
+        paused = run.status.wait_for(timeout_s=WAIT_S, what='runtime_status')
+        assert run.status.messages[0].mode == 'paused', run.status.messages[0].mode
+        assert paused.mode == 'paused' and not paused.dry_run
+        # The control loop (and its status) starts at configure; torque comes on at activate.
+        # The LeRobot checkpoint drives the driver: its chunks are accepted and dispatched, and
+        # every goal written stays inside the calibrated range and max_relative_target.
+        run.resume_with_task()
+        st = run.status.wait_for(lambda s: s.last_accepted_sequence >= 2
+                                 and s.dispatched >= CHUNK, timeout_s=WAIT_S,
+                                 what='lerobot chunks accepted and dispatched')
         assert st.rejected_invalid == 0, st.last_reject_reason
-        writes = wait(lambda: emu.goal_writes(), 'goal positions written to the servos')
+        writes = run.wait(lambda: run.emu.goal_writes(), 'goal positions written to the servos')
         max_step = 0.35 / RAD_PER_STEP + 1  # robot.example.yaml's max_relative_target_rad
         for w in writes:
             lo, hi = (0, 4095) if w.servo_id == 5 else (1000, 3000)
@@ -134,22 +184,31 @@ def test_real_bringup_against_the_emulator(tmp_path, probe, checkpoint) -> None:
             # Against the position the driver clamped to (its last read, or Present_Position
             # at the write): the horn moves on between the read and the write.
             assert w.step_from_present() <= max_step, w
-        # driver, front_camera, wrist_camera, planner, policy (no viewer)
-        kids = wait(lambda: [k for k in [child_pids(proc.pid)] if len(k) == 5],
-                    'five node processes')[0]
-        proc.send_signal(signal.SIGINT)  # a terminal's Ctrl-C reaches only the supervisor
-        assert proc.wait(timeout=WAIT_S) == 0, log.read_text()[-4000:]
+        run.stop()
     finally:
-        stop_popen(proc, 30.0)  # only if a test failed first and left it running
-        for pid in kids:  # never leave a node behind, even when an assertion failed
-            if not process_gone(pid):
-                os.kill(pid, signal.SIGKILL)
-        try:  # read before the emulator process stops; asserted after the bring-up checks
-            torque = {i: emu.register(i, 'Torque_Enable') for i in IDS}
-        finally:
-            emu.stop()
-    wait_until(lambda: all(process_gone(k) for k in kids), 10.0, 'every node process gone')
-    text = log.read_text()
-    assert 'Traceback' not in text and 'killing pid' not in text, text[-4000:]
-    assert text.rstrip().endswith('[lerobot-lang] stopped'), text[-2000:]
-    assert not any(torque.values()), f'torque still enabled after shutdown: {torque}'
+        run.close()
+    run.check_clean_exit()
+
+
+def test_dry_run_plans_without_moving_the_arm(tmp_path, probe, act_checkpoint) -> None:
+    """`lerobot-lang real --dry-run`: the policy runs on the live observations and its chunks
+    are published and played, but no goal reaches a servo and no horn moves."""
+    run = RealBringup(tmp_path, probe, act_checkpoint, '--dry-run')
+    try:
+        run.joints.wait_for(timeout_s=WAIT_S, what='joint_states from so101_driver')
+        before = {i: run.emu.register(i, 'Present_Position') for i in IDS}
+        run.resume_with_task()
+        st = run.status.wait_for(lambda s: s.dry_run and s.last_accepted_sequence >= 2
+                                 and s.planned >= 2 * CHUNK, timeout_s=POLICY_WAIT_S,
+                                 what='two chunks played in the dry run')
+        assert st.dispatched == 0 and st.rejected_invalid == 0, st
+        assert len(st.planned_target) == len(JOINT_NAMES)
+        chunk_targets = [c.values[i:i + 6] for c in run.chunks.snapshot()
+                         for i in range(0, len(c.values), 6)]
+        assert any(list(st.planned_target) == list(t) for t in chunk_targets)
+        assert run.emu.goal_writes() == []
+        assert {i: run.emu.register(i, 'Present_Position') for i in IDS} == before
+        run.stop()
+    finally:
+        run.close()
+    run.check_clean_exit()

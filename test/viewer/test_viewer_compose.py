@@ -126,6 +126,25 @@ def test_long_memory_wraps_into_taller_header():
     assert header_rows(short) < header_rows(long) < 240
 
 
+def test_a_dry_run_adds_a_row_with_the_planned_target():
+    from lerobot_lang_msgs.msg import RuntimeStatus
+    from lerobot_lang_nodes.nodes.viewer_node import dry_run_text
+    assert dry_run_text(RuntimeStatus()) == ''  # a live run draws no dry-run row
+    text = dry_run_text(RuntimeStatus(dry_run=True, planned=42,
+                                      planned_target=[0.1, -0.25, 0.5, 0.75, 0.0, 1.0]))
+    assert text == ('the arm holds; planned target (rad) +0.10 -0.25 +0.50 +0.75 +0.00 +1.00 '
+                    '(42 actions played)')
+    views = [('', solid(240, 320, (255, 255, 255)))] * 2
+    composer = Composer()
+
+    def header_rows(out):
+        return int((out[:, 500] < 250).any(axis=1).sum())
+
+    live = composer.compose(views, Annotation('t', 's', 'm'))
+    dry = composer.compose(views, Annotation('t', 's', 'm', dry_run=text))
+    assert header_rows(live) < header_rows(dry)
+
+
 def test_compose_speed_two_qvga_views():
     rng = np.random.default_rng(0)
     views = [('front', rng.integers(0, 255, (240, 320, 3), np.uint8)),
