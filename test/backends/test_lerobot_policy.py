@@ -215,3 +215,28 @@ def test_action_names_parameter_sets_the_so101_joint_order(checkpoints) -> None:
                        policy.units.to_lerobot(Q[::-1]), atol=1e-5)
     with pytest.raises(lp.PolicyLoadError, match='expected the six SO-101 joints'):
         lp.LeRobotPolicy(cfg(checkpoints['act'], action_names=('x', 'y')))
+
+
+def test_loading_skips_the_random_init_and_equals_lerobots_own_load(checkpoints, tmp_path):
+    """load_pretrained_policy gives LeRobot's from_pretrained weights, and a checkpoint that
+    lacks a parameter is loaded the ordinary way (initialised, never uninitialised memory)."""
+    import torch
+    from lerobot.configs.policies import PreTrainedConfig
+    from lerobot.policies.factory import get_policy_class
+    from safetensors.torch import load_file, save_file
+    path = checkpoints['act']
+    config = PreTrainedConfig.from_pretrained(path)
+    cls = get_policy_class('act')
+    fast = lp.load_pretrained_policy(cls, path, config).state_dict()
+    ref = cls.from_pretrained(path, config=config).state_dict()
+    assert fast.keys() == ref.keys()
+    assert all(torch.equal(fast[k], ref[k]) for k in ref)
+    partial = tmp_path / 'partial'
+    shutil.copytree(path, partial)
+    tensors = load_file(str(partial / 'model.safetensors'))
+    dropped = next(k for k in tensors if k.endswith('action_head.weight'))
+    del tensors[dropped]
+    save_file(tensors, str(partial / 'model.safetensors'))
+    weights = lp.load_pretrained_policy(cls, partial, config).state_dict()[dropped]
+    assert torch.isfinite(weights).all() and weights.abs().max() < 10.0
+    assert weights.abs().max() > 0  # LeRobot's (random) initialisation, not left empty

@@ -301,6 +301,31 @@ class StateUnits:
         return out.reshape(np.shape(values))
 
 
+def load_pretrained_policy(policy_cls: Any, path: Path, config: Any) -> Any:
+    """``policy_cls.from_pretrained`` without the random initialisation the checkpoint then
+    overwrites: a PI0 (3.3 B parameters) otherwise draws every weight in float32 first, minutes
+    and about twice the memory of the model on a CPU. Parameters missing from the file would
+    be left uninitialised, so when the loaded model has any, it is loaded again the ordinary
+    way (LeRobot initialises what the checkpoint does not hold)."""
+    try:
+        from safetensors import safe_open
+        from transformers.initialization import no_init_weights
+    except ImportError:  # transformers is an extra of LeRobot's: ACT / Diffusion need not have it
+        return policy_cls.from_pretrained(path, config=config)
+    with no_init_weights():
+        policy = policy_cls.from_pretrained(path, config=config)
+    with safe_open(str(path / 'model.safetensors'), 'pt') as f:
+        saved = set(f.keys())
+    missing = sorted(set(policy.state_dict()) - saved)
+    if missing:
+        logger.info('%d parameters of %s are not in its model.safetensors (%s, ...); loading it '
+                    'again with LeRobot\'s initialisation for them', len(missing), path,
+                    ', '.join(missing[:3]))
+        del policy
+        policy = policy_cls.from_pretrained(path, config=config)
+    return policy
+
+
 # The project's own LeRobot policy types. LeRobot knows a type only once the module holding
 # its config class has been imported; a checkpoint's config.json names its type.
 PROJECT_POLICY_TYPES = {
@@ -370,8 +395,8 @@ class LeRobotPolicy:
         if dtype not in DTYPES:
             raise PolicyLoadError(f'dtype {dtype!r} is not one of {list(DTYPES)}')
         try:
-            policy = get_policy_class(self.policy_type).from_pretrained(self.model_path,
-                                                                        config=config)
+            policy = load_pretrained_policy(get_policy_class(self.policy_type),
+                                            self.model_path, config)
             # Reduced precision as lerobot-rollout's use_amp: autocast around the model, since
             # several policies build float32 tensors inside forward (ACT's latent).
             self._dtype = None if dtype in ('auto', 'float32') else getattr(torch, dtype)
@@ -557,5 +582,6 @@ class LeRobotPolicy:
 
 
 __all__ = ['LEROBOT_EXTRAS', 'LeRobotPolicy', 'PolicyLoadError', 'StateUnits', 'check_features',
-           'checkpoint_state_names', 'joint_order', 'missing_dependency_error', 'names_param',
-           'nominal_sim_calibration', 'parse_camera_map']
+           'checkpoint_state_names', 'joint_order', 'load_pretrained_policy',
+           'missing_dependency_error', 'names_param', 'nominal_sim_calibration',
+           'parse_camera_map']
