@@ -32,6 +32,7 @@ from lerobot_lang_nodes.backends.registry import BackendNotFound, load_backend
 from lerobot_lang_nodes.core.inference_file import InferenceFile
 from lerobot_lang_nodes.core.inference_gate import ExecutorView, InferenceGate
 from lerobot_lang_nodes.core.prompts import action_instruction
+from lerobot_lang_nodes.core.rtc import ChunkContinuity
 from lerobot_lang_nodes.nodes import convert, qos, runner
 from lerobot_lang_nodes.nodes.diagnostics import DiagnosticsPublisher
 from lerobot_lang_nodes.nodes.observations import LatestObservations
@@ -116,6 +117,23 @@ class PolicyConfig:
     status_timeout_s: float = field(default=2.0, metadata={
         'doc': 'Infer only while a runtime_status newer than this was received (s).',
         'range': (0.1, 60.0)})
+    rtc: str = field(default='auto', metadata={
+        'doc': 'Real-time chunking (LeRobot\'s lerobot.policies.rtc): each inference is given '
+               'the executing chunk\'s actions not played yet and the expected delay in '
+               'control steps, and the new chunk is guided to continue them and stamped where '
+               'it joins. auto: on for the policy types that support it (SmolVLA, PI0, '
+               'PI0.5); off: plain chunks.', 'choices': ('auto', 'off')})
+    rtc_execution_horizon: int = field(default=10, metadata={
+        'doc': 'RTC: actions of the new chunk guided towards the executing one (LeRobot\'s '
+               'execution_horizon; the first inference_delay of them fully).',
+        'range': (1, 1000)})
+    rtc_max_guidance_weight: float = field(default=10.0, metadata={
+        'doc': 'RTC: upper bound of the guidance weight (LeRobot\'s max_guidance_weight).',
+        'range': (0.01, 1000.0)})
+    rtc_schedule: str = field(default='linear', metadata={
+        'doc': 'RTC: how the guidance weight falls from the delay to the execution horizon '
+               '(LeRobot\'s prefix_attention_schedule).',
+        'choices': ('linear', 'exp', 'ones', 'zeros')})
     inference_log_path: str = field(default='', metadata={
         'doc': 'Write one JSON line per inference here (context received, start, end, '
                'observation stamp, outcome, chunk sequence; core/inference_file.py): where '
@@ -178,6 +196,9 @@ class PolicyNode(Node):
         self._last_outcome = ''  # 'ok' | 'failed' | 'timeout' | 'expired' of the last inference
         self._latencies: deque[float] = deque(maxlen=LATENCY_WINDOW)
         self._infer_started: float | None = None
+        self.continuity = ChunkContinuity()
+        self.rtc_guided = 0  # inferences given the executing chunk's left-over
+        self._rtc_delay = 0
 
         self._pub = self.create_publisher(ActionChunk, 'action_chunk', qos.COMMAND)
         self.create_subscription(JointState, self.cfg.state_topic, self._on_joints,
@@ -248,6 +269,8 @@ class PolicyNode(Node):
                 'latency_mean_ms': float(lat.mean()) if lat.size else 0.0,
                 'inference_running_s': running, 'last_error': self.last_error,
                 'actions': ','.join(self.action_names),
+                'rtc': 'on' if self._rtc_on() else 'off', 'rtc_guided': self.rtc_guided,
+                'rtc_delay_steps': self._rtc_delay,
             }
             outcome = self._last_outcome
         for attr in ('policy_type', 'device', 'chunk_length'):
@@ -266,6 +289,12 @@ class PolicyNode(Node):
             return 'warn', 'last chunk expired before it could be published (inference slower ' \
                 'than a chunk lasts)', values
         return 'ok', f'{self.chunks_published} chunks published', values
+
+    def _rtc_on(self) -> bool:
+        return bool(getattr(self.backend, 'rtc', False))
+
+    def _now_s(self) -> float:
+        return self.get_clock().now().nanoseconds * 1e-9
 
     # --- inputs -------------------------------------------------------------------------
     def _on_joints(self, msg: JointState) -> None:
@@ -359,7 +388,21 @@ class PolicyNode(Node):
                     'ground_truth': self.observations.ground_truth(),
                     'stamp_s': convert.stamp_to_s(joints.header.stamp),
                     'control_period_s': period or None,
+                    'clock_start_s': self._now_s(),
                 }
+                # Row 0 of the chunk is due at the observation's time, or with RTC where it
+                # joins the chunk being played (core/rtc.py).
+                observation['chunk_stamp_s'] = observation['stamp_s']
+                if self._rtc_on():
+                    st = self._status
+                    playing = int(st.last_chunk_sequence) if st.queue_depth > 0 else -1
+                    cont = self.continuity.continuation(observation['clock_start_s'], revision,
+                                                        playing, period)
+                    observation['rtc'] = cont
+                    if cont is not None:
+                        observation['chunk_stamp_s'] = cont.stamp_s
+                        self.rtc_guided += 1
+                        self._rtc_delay = cont.inference_delay
             self._infer_and_publish(observation, instruction, revision, flush, context_wall)
 
     def _log_inference(self, start: float, end: float, outcome: str,
@@ -369,7 +412,9 @@ class PolicyNode(Node):
             self._inference_log.write(
                 revision=revision, flush_revision=revision if flush is None else flush,
                 context_wall=context_wall, start=start, end=end,
-                stamp=observation['stamp_s'], outcome=outcome, sequence=sequence)
+                stamp=observation['chunk_stamp_s'], outcome=outcome, sequence=sequence,
+                rtc_delay=(observation['rtc'].inference_delay
+                           if observation.get('rtc') is not None else None))
 
     def _infer_and_publish(self, observation: dict[str, Any], instruction: str,
                            revision: int, flush: int | None = None,
@@ -401,6 +446,8 @@ class PolicyNode(Node):
             self._infer_started = None
             self.inferences += 1
             self._latencies.append(elapsed)
+            # On the executor's clock (sim time in simulation): RTC's delay is in its steps.
+            self.continuity.record_latency(self._now_s() - observation['clock_start_s'])
             if timeout > 0 and elapsed > timeout:
                 self.timeouts += 1
                 self._last_outcome = 'timeout'
@@ -427,11 +474,16 @@ class PolicyNode(Node):
             self._sequence += 1
             msg = convert.chunk_to_msg(values, self.action_names, revision=revision,
                                        sequence=self._sequence,
-                                       stamp_s=observation['stamp_s'],
+                                       stamp_s=observation['chunk_stamp_s'],
                                        period_s=observation['control_period_s'] or 0.0,
                                        instruction=instruction, backend=self.cfg.backend,
                                        flush_revision=flush)
             self.gate.published(self._sequence, time.monotonic())
+            model_actions = getattr(self.backend, 'last_model_actions', None)
+            if self._rtc_on() and model_actions is not None:
+                self.continuity.published(model_actions, observation['chunk_stamp_s'],
+                                          observation['control_period_s'] or 0.0, revision,
+                                          self._sequence)
             self._log_inference(start, end, 'published', observation, revision, flush,
                                 context_wall, self._sequence)
         try:
@@ -458,7 +510,7 @@ class PolicyNode(Node):
         executor judges, and says a slower device is the cause).
         """
         period = float(observation.get('control_period_s') or 0.0)
-        age = self.get_clock().now().nanoseconds * 1e-9 - float(observation['stamp_s'])
+        age = self._now_s() - float(observation['chunk_stamp_s'])
         if period <= 0.0 or values.ndim != 2 or age < values.shape[0] * period \
                 or self._expired_last:
             self._expired_last = False

@@ -153,3 +153,40 @@ def test_missing_dependency_messages_name_the_extra_of_each_type(policy_type, ex
     msg = str(lp.missing_dependency_error(policy_type, Path('/ckpt'), exc))
     assert f"pip install 'lerobot[{extra}]==0.6.1'" in msg
     assert (f'needs the package {package!r}' in msg) if package else 'needs a package' in msg
+
+
+def test_real_time_chunking_is_on_for_smolvla_and_guides_towards_the_left_over(smolvla):
+    """LeRobot's RTC guidance through the backend: given the executing chunk's left-over and
+    a delay, the new chunk's first rows follow the left-over; without it they do not."""
+    import torch
+
+    from lerobot_lang_nodes.core.rtc import Continuation
+    backend = lp.LeRobotPolicy(cfg(smolvla))
+    off = lp.LeRobotPolicy(cfg(smolvla, rtc='off'))
+    try:
+        assert backend.rtc and not off.rtc
+        assert backend.policy.config.rtc_config.execution_horizon == 10
+        left_over = np.full((N_ACTION_STEPS, 6), 1.5, dtype=np.float32)  # model space
+        cont = Continuation(left_over=left_over, inference_delay=5, stamp_s=0.0, sequence=1)
+        errors = {}
+        for name, policy, continuation in (('guided', backend, cont),
+                                           ('plain', backend, None), ('off', off, cont)):
+            obs = observation(TASK)
+            obs['rtc'] = continuation
+            torch.manual_seed(3)
+            policy.infer(obs)
+            model = policy.last_model_actions
+            assert model.shape == (N_ACTION_STEPS, 6)
+            errors[name] = float(np.abs(model[:5] - left_over[:5]).max())
+        assert errors['guided'] < 0.25 * min(errors['plain'], errors['off']), errors
+    finally:
+        backend.close()
+        off.close()
+
+
+def test_flat_policies_without_rtc_support_keep_plain_chunks(tmp_path) -> None:
+    from lerobot_lang_nodes.tiny_models.policies import build_tiny_act
+    act = lp.LeRobotPolicy(cfg(build_tiny_act(tmp_path / 'act', chunk_size=8)))
+    assert not act.rtc
+    with pytest.raises(lp.PolicyLoadError, match="rtc_schedule 'cosine' is not one of"):
+        lp.LeRobotPolicy(cfg(tmp_path / 'act', rtc_schedule='cosine'))

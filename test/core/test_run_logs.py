@@ -12,7 +12,7 @@ def test_inference_records_read_back_and_a_torn_last_line_is_left_out(tmp_path) 
     path = tmp_path / 'logs' / 'inference.jsonl'  # the folder is created
     log = InferenceFile(path)
     log.write(revision=3, flush_revision=3, context_wall=10.0, start=10.25, end=10.3125,
-              stamp=4.5, outcome='published', sequence=7)
+              stamp=4.5, outcome='published', sequence=7, rtc_delay=3)
     log.write(revision=2, flush_revision=2, context_wall=None, start=9.9, end=10.4,
               stamp=4.4, outcome='discarded')
     with path.open('a') as f:
@@ -21,8 +21,9 @@ def test_inference_records_read_back_and_a_torn_last_line_is_left_out(tmp_path) 
     first, second = read_inference_file(path)
     assert first == {'revision': 3, 'flush_revision': 3, 'context_wall': 10.0, 'start': 10.25,
                      'end': 10.3125, 'latency_s': 0.0625, 'stamp': 4.5,
-                     'outcome': 'published', 'sequence': 7}
+                     'outcome': 'published', 'sequence': 7, 'rtc_delay': 3}
     assert second['context_wall'] is None and second['sequence'] is None
+    assert second['rtc_delay'] is None  # an inference without real-time chunking
     assert second['outcome'] == 'discarded' and second['latency_s'] == pytest.approx(0.5)
 
 

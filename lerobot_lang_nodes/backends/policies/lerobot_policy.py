@@ -43,6 +43,9 @@ SO101_UNITS = ('degrees', 'range_m100_100')
 # 'raw': no SO-101 conversion; the state and actions are the checkpoint's own values.
 STATE_UNITS = (*SO101_UNITS, 'raw')
 DTYPES = ('auto', 'float32', 'bfloat16', 'float16')
+RTC_MODES = ('auto', 'off')
+# LeRobot's RTCAttentionSchedule members, by the names the `rtc_schedule` parameter takes.
+RTC_SCHEDULES = ('linear', 'exp', 'ones', 'zeros')
 # LeRobot >= 0.5 names the SO-100/101 follower robot type `so_follower`; the default of the
 # `robot_type` parameter.
 ROBOT_TYPE = 'so_follower'
@@ -413,6 +416,8 @@ class LeRobotPolicy:
         policy.eval()
         self.policy = policy
         self.config = config
+        self.rtc = self._enable_rtc(cfg, policy)
+        self.last_model_actions: np.ndarray | None = None
         # A policy with an observation history (Diffusion's n_obs_steps > 1) keeps it in the
         # queues select_action fills; its chunk comes from select_action, as lerobot-rollout
         # drives it. Others give the chunk directly.
@@ -461,6 +466,31 @@ class LeRobotPolicy:
         self.order = joint_order(given_actions or declared or None)
         self.action_names = self.order
         self.state_names = self.order
+
+    def _enable_rtc(self, cfg: Any, policy: Any) -> bool:
+        """Real-time chunking with LeRobot's own guidance, as ``lerobot-rollout
+        --inference.type=rtc`` sets it up: an ``RTCConfig`` on the policy's config and
+        ``init_rtc_processor()``. 'auto' turns it on for the types that support it (SmolVLA,
+        PI0, PI0.5); the others keep plain chunks."""
+        mode = str(getattr(cfg, 'rtc', 'auto'))
+        schedule = str(getattr(cfg, 'rtc_schedule', 'linear'))
+        if mode not in RTC_MODES:
+            raise PolicyLoadError(f'rtc {mode!r} is not one of {list(RTC_MODES)}')
+        if schedule not in RTC_SCHEDULES:
+            raise PolicyLoadError(f'rtc_schedule {schedule!r} is not one of '
+                                  f'{list(RTC_SCHEDULES)}')
+        supports = getattr(policy, 'supports_rtc', None)
+        if mode == 'off' or not callable(supports) or not supports() \
+                or not hasattr(policy, 'init_rtc_processor'):
+            return False
+        from lerobot.configs import RTCAttentionSchedule
+        from lerobot.policies.rtc.configuration_rtc import RTCConfig
+        policy.config.rtc_config = RTCConfig(
+            execution_horizon=int(getattr(cfg, 'rtc_execution_horizon', 10)),
+            max_guidance_weight=float(getattr(cfg, 'rtc_max_guidance_weight', 10.0)),
+            prefix_attention_schedule=RTCAttentionSchedule[schedule.upper()])
+        policy.init_rtc_processor()
+        return True
 
     @staticmethod
     def _calibration(cfg: Any) -> tuple[Calibration, np.ndarray | None]:
@@ -539,7 +569,10 @@ class LeRobotPolicy:
         torch = self._torch
         instruction = str(observation.get('instruction') or '')
         frame = self.frame(observation)
-        with self._lock, torch.inference_mode():
+        rtc_kwargs = self._rtc_kwargs(observation.get('rtc'))
+        # RTC's guidance takes a gradient through the denoiser: no_grad, not inference_mode.
+        grad_off = torch.no_grad() if self.rtc else torch.inference_mode()
+        with self._lock, grad_off:
             if instruction != self._instruction:
                 self.reset()
                 self._instruction = instruction
@@ -550,15 +583,30 @@ class LeRobotPolicy:
                    if self._dtype is not None else contextlib.nullcontext())
             with amp:
                 if self._use_chunk_method:
-                    actions = self.policy.predict_action_chunk(batch)[:, :self.chunk_length]
+                    actions = self.policy.predict_action_chunk(
+                        batch, **rtc_kwargs)[:, :self.chunk_length]
                 else:
                     # select_action fills the observation history and generates a whole chunk
                     # at its first call; the rest of the chunk is popped from its action queue.
                     steps = [self.policy.select_action(batch) for _ in range(self.chunk_length)]
                     actions = torch.stack(steps, dim=1)
+            # The chunk in the model's own space: what the next inference's RTC continues.
+            self.last_model_actions = actions[0].detach().to('cpu', torch.float32).numpy()
             actions = self.postprocessor(actions.float())
         out = actions.detach().to('cpu', torch.float32).numpy()
         return out.reshape(-1, out.shape[-1])
+
+    def _rtc_kwargs(self, continuation: Any) -> dict[str, Any]:
+        """predict_action_chunk's RTC arguments: the left-over of the executing chunk (model
+        space) and the delay in control steps (core/rtc.py's Continuation); none without RTC."""
+        if not self.rtc:
+            return {}
+        if continuation is None:
+            return {'inference_delay': 0, 'prev_chunk_left_over': None}
+        left = self._torch.as_tensor(np.asarray(continuation.left_over, dtype=np.float32),
+                                     device=self.device)
+        return {'inference_delay': int(continuation.inference_delay),
+                'prev_chunk_left_over': left}
 
     def infer(self, observation: Mapping[str, Any]) -> np.ndarray:
         """(H, 6) joint targets in radians, columns ``action_names``; with ``state_units: raw``
