@@ -145,9 +145,70 @@ def build_smolvla(out: str | Path, *, backbone: str | Path | None = None,
     return _save(policy, cfg, _stats(inputs, outputs, {'action': ACTION_STATS}), out)
 
 
+def bimodal_chunks(state: Any, chunk: int, rng: Any, *, amplitude: float = 8.0,
+                   pull_steps: float = 60.0, centre: tuple[float, ...] = STATE_MEAN) -> Any:
+    """Target chunks (B, chunk, 6), checkpoint units, for a flow-matching policy whose
+    consecutive chunks can disagree: from the state, a slow pull towards ``centre`` plus a bump
+    of ``amplitude`` to one side or the other, drawn per example (two modes, as a path around
+    an obstacle on the left or the right). A policy that learns it picks a mode with its noise
+    at every inference, so a chunk may swing the other way than the one it replaces: the jump
+    real-time chunking exists to remove."""
+    import numpy as np
+    state = np.asarray(state, dtype=np.float32)
+    k = np.arange(1, chunk + 1, dtype=np.float32)[None, :, None]
+    towards = (np.asarray(centre, dtype=np.float32) - state)[:, None, :]
+    side = rng.choice([-1.0, 1.0], size=(len(state), 1, 1)).astype(np.float32)
+    bump = side * amplitude * np.sin(np.pi * k / chunk)
+    return state[:, None, :] + towards * np.minimum(k / pull_steps, 1.0) + bump
+
+
+def train_bimodal(checkpoint: str | Path, *, steps: int = 600, batch_size: int = 32,
+                  lr: float = 1e-3, spread: float = 25.0, seed: int = 0) -> list[float]:
+    """Fit a SmolVLA checkpoint (build_smolvla) to ``bimodal_chunks`` with LeRobot's own
+    flow-matching loss (``policy.forward``) and processors, then save it in place.
+
+    States are drawn within ``spread`` degrees of the statistics' mean, images are grey and
+    the instruction one of INSTRUCTIONS (the targets ignore both): a benchmark policy whose
+    chunks move the arm smoothly within a chunk and may switch sides between chunks. Returns
+    the loss of every step.
+    """
+    import numpy as np
+    import torch
+    from lerobot.policies.factory import make_pre_post_processors
+    from lerobot.policies.smolvla.modeling_smolvla import SmolVLAPolicy
+    torch.manual_seed(seed)
+    rng = np.random.default_rng(seed)
+    path = Path(checkpoint)
+    policy = SmolVLAPolicy.from_pretrained(path)
+    pre, _ = make_pre_post_processors(policy.config, pretrained_path=str(path))
+    cfg = policy.config
+    chunk = cfg.chunk_size
+    images = [k for k in cfg.input_features if k.startswith('observation.images.')]
+    optimiser = torch.optim.AdamW([p for p in policy.parameters() if p.requires_grad], lr=lr)
+    policy.train()
+    losses = []
+    for _ in range(steps):
+        state = np.asarray(STATE_MEAN, dtype=np.float32) + rng.uniform(
+            -spread, spread, (batch_size, 6)).astype(np.float32)
+        batch: dict[str, Any] = {
+            'observation.state': torch.from_numpy(state),
+            'action': torch.from_numpy(bimodal_chunks(state, chunk, rng)),
+            'task': [INSTRUCTIONS[i] for i in rng.integers(0, len(INSTRUCTIONS), batch_size)]}
+        for key in images:
+            batch[key] = torch.full((batch_size, *cfg.input_features[key].shape), 0.5)
+        loss, _ = policy.forward(pre(batch))
+        optimiser.zero_grad()
+        loss.backward()
+        optimiser.step()
+        losses.append(float(loss))
+    policy.eval()
+    policy.save_pretrained(path)
+    return losses
+
+
 def parameter_count(policy: Any) -> int:
     return sum(p.numel() for p in policy.parameters())
 
 
-__all__ = ['INSTRUCTIONS', 'SMOLVLM2_500M', 'SmolVLMSize', 'TINY', 'build_smolvla',
-           'build_smolvlm_backbone', 'parameter_count']
+__all__ = ['INSTRUCTIONS', 'SMOLVLM2_500M', 'SmolVLMSize', 'TINY', 'bimodal_chunks',
+           'build_smolvla', 'build_smolvlm_backbone', 'parameter_count', 'train_bimodal']
