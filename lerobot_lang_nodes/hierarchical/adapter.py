@@ -155,14 +155,19 @@ class BaseLanguageAdapter(ABC):
         return frame
 
     def predict_chunk(self, frame: dict[str, Any]) -> np.ndarray:
-        """preprocessor -> predict_action_chunk -> postprocessor, as an (H, A) float array."""
+        """preprocessor -> predict_action_chunk -> postprocessor, as an (H, A) float array:
+        the first ``n_action_steps`` of the model's chunk, the actions lerobot-rollout
+        executes of it (SmolVLA and PI0 predict 50 and may execute fewer)."""
         import torch
+        steps = int(getattr(self.policy.config, 'n_action_steps', 0) or 0) or None
         with torch.inference_mode():
             batch = self.preprocessor(frame)
             dtype = next(self.policy.parameters()).dtype
             batch = {k: v.to(dtype) if torch.is_tensor(v) and v.is_floating_point() else v
                      for k, v in batch.items()}
-            chunk = self.postprocessor(self.policy.predict_action_chunk(batch).float())
+            predicted = self.policy.predict_action_chunk(batch)
+            predicted = predicted[:, :steps] if predicted.ndim == 3 else predicted[:steps]
+            chunk = self.postprocessor(predicted.float())
         chunk = chunk.detach().cpu().numpy()
         return chunk[0] if chunk.ndim == 3 else chunk
 

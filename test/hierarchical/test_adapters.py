@@ -220,3 +220,28 @@ def test_direct_task_adapter_runs_a_tiny_act_checkpoint(tiny_act_dir):
             policy.infer(obs)
     finally:
         policy.close()
+
+
+def test_direct_task_adapter_runs_a_smolvla_checkpoint(tmp_path):
+    """A flat VLA (SmolVLA from stock LeRobot classes) through the hierarchical backend:
+    the instruction reaches the model through its own tokenizer step."""
+    import torch
+
+    from lerobot_lang_nodes.tiny_models.vla import build_smolvla
+    path = build_smolvla(tmp_path / 'smolvla', chunk_size=16, n_action_steps=8,
+                         cameras=('front',))
+    assert registry.read_policy_type(path) == 'smolvla'
+    policy = backends.HierarchicalPolicy(_cfg(path))
+    try:
+        assert type(policy.adapter) is DirectTaskPolicyAdapter
+        chunks = {}
+        for text in ('pick up the red cube', 'open the gripper'):
+            torch.manual_seed(0)
+            chunks[text] = policy.infer(_observation(text, np.random.default_rng(2)))
+        first, other = chunks.values()
+        assert first.shape == (8, 6) and np.all(np.isfinite(first))
+        assert np.abs(first - other).max() > 1e-6
+        with pytest.raises(NoTextHead, match="'smolvla' is a flat policy"):
+            policy.adapter.generate_text('subtask', None, AdapterState(task='x'))
+    finally:
+        policy.close()
