@@ -71,6 +71,11 @@ class GenerationSettings:
 class BaseLanguageAdapter(ABC):
     """A loaded LeRobot policy with its processors, plus the two runtime primitives."""
 
+    # Units of the checkpoint's joint state and actions: 'lerobot' (LeRobot's SO-101
+    # conventions: degrees or -100..100, gripper 0..100, as lerobot-record stores them; the
+    # backend converts with the arm's calibration) or 'radians' (the node's own units).
+    joint_units = 'lerobot'
+
     def __init__(self, policy: Any, preprocessor: Any, postprocessor: Any,
                  gen: GenerationSettings | None = None) -> None:
         self.policy = policy

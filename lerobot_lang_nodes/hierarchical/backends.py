@@ -100,6 +100,20 @@ class HierarchicalPolicy:
         if not self.action_names:
             raise ValueError(f'{self._model.model_path} declares no action output; the policy '
                              'backend needs one (joint positions)')
+        # A stock LeRobot checkpoint (a flat VLA) works in LeRobot's SO-101 units: joint
+        # states go in and actions come out through the arm's calibration, as in the lerobot
+        # backend; the project's own two_head type works in radians.
+        self._units = None
+        if self.adapter.joint_units == 'lerobot':
+            from lerobot_lang_nodes.backends.policies.lerobot_policy import (
+                PolicyLoadError, StateUnits, arm_calibration, joint_order)
+            state_units = str(getattr(cfg, 'state_units', 'degrees'))
+            if state_units == 'raw':
+                raise PolicyLoadError('state_units raw is for the lerobot backend; the '
+                                      'hierarchical backend runs SO-101 checkpoints')
+            calibration, zero = arm_calibration(cfg)
+            self._units = StateUnits(calibration, state_units, joint_order(self.action_names),
+                                     zero)
 
     @property
     def shared_model(self) -> loading.SharedModel:
@@ -109,13 +123,27 @@ class HierarchicalPolicy:
         """(H, len(action_names)) joint targets for observation['instruction']."""
         # The node has already chosen the instruction (subtask, else task).
         state = AdapterState(subtask=str(observation.get('instruction', '')))
+        if self._units is not None:
+            observation = self._to_lerobot_units(observation)
         with self._model.call_lock:
             chunk = np.asarray(self.adapter.select_action(observation, state),
                                dtype=np.float64)
         if chunk.ndim != 2 or chunk.shape[1] != len(self.action_names):
             raise RuntimeError(f'the adapter returned actions of shape {chunk.shape}, expected '
                                f'(H, {len(self.action_names)})')
-        return chunk
+        return chunk if self._units is None else self._units.to_radians(chunk)
+
+    def _to_lerobot_units(self, observation: Mapping[str, Any]) -> dict[str, Any]:
+        """The observation with the arm's joints in the checkpoint's LeRobot units."""
+        names = list(observation.get('joint_names', ()))
+        positions = np.array(observation.get('joint_positions', ()), dtype=np.float64)
+        order = self._units.order
+        missing = [j for j in order if j not in names]
+        if missing:
+            raise RuntimeError(f'joint_states lacks {missing}; got {names}')
+        index = [names.index(j) for j in order]
+        positions[index] = self._units.to_lerobot(positions[index])
+        return {**observation, 'joint_positions': positions}
 
     def close(self) -> None:
         loading.release(self._model, 'policy')

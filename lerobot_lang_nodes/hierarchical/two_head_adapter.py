@@ -14,6 +14,8 @@ from .modeling_two_head import TEXT_KINDS, render_prompt
 class TwoHeadAdapter(BaseLanguageAdapter):
     """Subtask / memory / interjection from the text head; chunks from the action head."""
 
+    joint_units = 'radians'  # trained on the simulator's radians (configuration_two_head)
+
     def select_action(self, observation: Mapping[str, Any], state: AdapterState) -> np.ndarray:
         return self.predict_chunk(self.frame(observation, state.instruction))
 

@@ -20,6 +20,7 @@ from lerobot_lang_nodes.core.language import LanguageState  # noqa: E402
 from lerobot_lang_nodes.hierarchical import backends, loading, registry  # noqa: E402
 from lerobot_lang_nodes.hierarchical.adapter import (AdapterState,  # noqa: E402
                                                      DirectTaskPolicyAdapter, NoTextHead)
+from lerobot_lang_nodes.backends.policies import lerobot_policy as lp  # noqa: E402
 from lerobot_lang_nodes.tiny_models import two_head as th  # noqa: E402
 
 JOINTS = ['shoulder_pan', 'shoulder_lift', 'elbow_flex', 'wrist_flex', 'wrist_roll', 'gripper']
@@ -210,9 +211,19 @@ def test_direct_task_adapter_runs_a_tiny_act_checkpoint(tiny_act_dir):
         obs = _observation('pick up the red cube', np.random.default_rng(2), (96, 128))
         chunk = policy.infer(obs)
         assert chunk.shape == (8, 6) and np.all(np.isfinite(chunk))
-        # The same frame straight through LeRobot's pipeline gives the same chunk.
-        again = adapter.select_action(obs, AdapterState(task='pick up the red cube'))
-        np.testing.assert_allclose(chunk, again, rtol=1e-5, atol=1e-6)
+        # The same frame straight through LeRobot's pipeline gives the same chunk: a stock
+        # checkpoint is in LeRobot's SO-101 units (degrees here; the simulator's nominal
+        # calibration), the node's in radians.
+        assert adapter.joint_units == 'lerobot'
+        calibration, zero = lp.nominal_sim_calibration()
+        units = lp.StateUnits(calibration, 'degrees', adapter.action_names, zero)
+        names = obs['joint_names']
+        radians = np.array([obs['joint_positions'][names.index(j)]
+                            for j in adapter.action_names])
+        lerobot_obs = {**obs, 'joint_names': list(adapter.action_names),
+                       'joint_positions': units.to_lerobot(radians)}
+        again = adapter.select_action(lerobot_obs, AdapterState(task='pick up the red cube'))
+        np.testing.assert_allclose(chunk, units.to_radians(again), rtol=1e-5, atol=1e-6)
         with pytest.raises(NoTextHead, match="'act' is a flat policy"):
             adapter.generate_text('subtask', None, AdapterState(task='x'))
         del obs['images']['front']

@@ -93,7 +93,11 @@ def test_real_command_line_policy_wins_over_a_robot_yaml_without_one(tmp_path):
 
 
 @pytest.mark.slow
-def test_sim_runs_a_lerobot_policy_and_a_vlm_planner_from_the_command_line(tmp_path, probe):
+@pytest.mark.parametrize('policy_backend', ['lerobot', 'hierarchical'])
+def test_sim_runs_a_lerobot_policy_and_a_vlm_planner_from_the_command_line(tmp_path, probe,
+                                                                           policy_backend):
+    """ACT through the lerobot backend; a flat VLA (SmolVLA) through the hierarchical backend
+    (DirectTaskPolicyAdapter), beside the transformers planner in the README's layout."""
     from lerobot_lang_nodes.testing import require_ml
     require_ml()
     from lerobot_lang_msgs.msg import ActionChunk, LanguageContext, RuntimeStatus
@@ -101,7 +105,12 @@ def test_sim_runs_a_lerobot_policy_and_a_vlm_planner_from_the_command_line(tmp_p
     from lerobot_lang_nodes.testing import stop_popen
     from lerobot_lang_nodes.tiny_models import policies, vlm
 
-    act = policies.build_tiny_act(tmp_path / 'act', chunk_size=30)  # 1 s of actions
+    if policy_backend == 'lerobot':
+        checkpoint = policies.build_tiny_act(tmp_path / 'act', chunk_size=30)  # 1 s of actions
+    else:
+        require_ml('num2words')
+        from lerobot_lang_nodes.tiny_models.vla import build_smolvla
+        checkpoint = build_smolvla(tmp_path / 'smolvla', chunk_size=50, n_action_steps=30)
     planner_model = vlm.build_trained_vlm(tmp_path / 'vlm', vlm.scene_planner_examples(),
                                           steps=300)
     first_subtask = vlm.scene_steps('red')[0]
@@ -112,7 +121,8 @@ def test_sim_runs_a_lerobot_policy_and_a_vlm_planner_from_the_command_line(tmp_p
     with log.open('w') as out:
         proc = subprocess.Popen(
             [sys.executable, '-m', 'lerobot_lang_nodes.cli.main', 'sim', '--no-viewer',
-             '--policy-path', str(act), '--planner-model', str(planner_model),
+             '--policy-path', str(checkpoint), '--policy-backend', policy_backend,
+             '--planner-model', str(planner_model),
              '--device', 'cpu', '--timeout', '240', '--output-dir', str(tmp_path / 'session')],
             stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             start_new_session=True, env={**os.environ, 'HF_HUB_OFFLINE': '1'})
@@ -125,8 +135,8 @@ def test_sim_runs_a_lerobot_policy_and_a_vlm_planner_from_the_command_line(tmp_p
                                 what=f'subtask {first_subtask!r} from the VLM planner')
         running()
         assert ctx.task == bringup.DEFAULT_SIM_TASK
-        chunk = chunks.wait_for(lambda c: c.backend == 'lerobot', timeout_s=120.0,
-                                what='a chunk from the lerobot policy')
+        chunk = chunks.wait_for(lambda c: c.backend == policy_backend, timeout_s=120.0,
+                                what=f'a chunk from the {policy_backend} policy')
         assert chunk.horizon == 30 and list(chunk.action_names) == list(policies.JOINT_NAMES)
         st = status.wait_for(lambda s: s.dispatched >= 30, timeout_s=120.0,
                              what='the lerobot chunks dispatched by sim_bridge')
@@ -137,6 +147,6 @@ def test_sim_runs_a_lerobot_policy_and_a_vlm_planner_from_the_command_line(tmp_p
         text = log.read_text()
         assert 'Traceback' not in text, text[-4000:]
         assert "planner ready: backend='transformers'" in text, text[-4000:]
-        assert "policy ready: backend='lerobot'" in text, text[-4000:]
+        assert f"policy ready: backend='{policy_backend}'" in text, text[-4000:]
     finally:
         stop_popen(proc, 30.0)

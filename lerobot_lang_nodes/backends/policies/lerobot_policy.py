@@ -274,6 +274,19 @@ def nominal_sim_calibration() -> tuple[Calibration, np.ndarray]:
                                      [ranges[j][1] for j in JOINT_NAMES])
 
 
+def arm_calibration(cfg: Any) -> tuple[Calibration, np.ndarray | None]:
+    """The arm's calibration file (``calibration_id`` / ``calibration_path``); without one,
+    the simulator's nominal calibration and the radians of its range centres."""
+    cal_id = str(getattr(cfg, 'calibration_id', '') or '')
+    cal_path = str(getattr(cfg, 'calibration_path', '') or '')
+    if cal_id or cal_path:
+        try:
+            return load_calibration(cal_id or None, cal_path or None), None
+        except Exception as exc:  # noqa: BLE001 - CalibrationError with its own message
+            raise PolicyLoadError(str(exc)) from exc
+    return nominal_sim_calibration()
+
+
 class StateUnits:
     """Radians <-> the checkpoint's LeRobot units for the joints in ``order``."""
 
@@ -428,7 +441,7 @@ class LeRobotPolicy:
                                   and hasattr(policy, 'predict_action_chunk'))
         self.units: StateUnits | None = None
         if not self.raw:
-            calibration, zero = self._calibration(cfg)
+            calibration, zero = arm_calibration(cfg)
             self.units = StateUnits(calibration, self.state_units, self.order, zero)
         self._instruction: str | None = None
         self._lock = threading.Lock()  # one inference at a time on one model
@@ -491,18 +504,6 @@ class LeRobotPolicy:
             prefix_attention_schedule=RTCAttentionSchedule[schedule.upper()])
         policy.init_rtc_processor()
         return True
-
-    @staticmethod
-    def _calibration(cfg: Any) -> tuple[Calibration, np.ndarray | None]:
-        """The arm's calibration file; without one, the simulator's nominal calibration."""
-        cal_id = str(getattr(cfg, 'calibration_id', '') or '')
-        cal_path = str(getattr(cfg, 'calibration_path', '') or '')
-        if cal_id or cal_path:
-            try:
-                return load_calibration(cal_id or None, cal_path or None), None
-            except Exception as exc:  # noqa: BLE001 - CalibrationError with its own message
-                raise PolicyLoadError(str(exc)) from exc
-        return nominal_sim_calibration()
 
     # --- inference ----------------------------------------------------------------------
     def frame(self, observation: Mapping[str, Any]) -> dict[str, np.ndarray]:
@@ -629,7 +630,8 @@ class LeRobotPolicy:
             self._torch.cuda.empty_cache()
 
 
-__all__ = ['LEROBOT_EXTRAS', 'LeRobotPolicy', 'PolicyLoadError', 'StateUnits', 'check_features',
+__all__ = ['LEROBOT_EXTRAS', 'LeRobotPolicy', 'PolicyLoadError', 'StateUnits', 'arm_calibration',
+           'check_features',
            'checkpoint_state_names', 'joint_order', 'load_pretrained_policy',
            'missing_dependency_error', 'names_param', 'nominal_sim_calibration',
            'parse_camera_map']
