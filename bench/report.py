@@ -7,7 +7,8 @@ Usage:
 With --run, each benchmark runs as a user runs it, one after the other (never side by side:
 they would measure each other): the simulated graph, time per task (current rules against the
 old ones), the starvation sweep against injected inference latency, image transport, jitter,
-operator latency, the recorder, the fault suite and the models. Then REPORT.md collects their
+operator latency, the recorder, the fault suite, the models, VLAs at real size and real-time
+chunking. Then REPORT.md collects their
 Markdown reports (each headed by the file it comes from) and draws, with matplotlib, the plots
 the tables cannot show: starved ticks and task time against inference latency, image latency
 per stream and profile, and task time per configuration. A benchmark that failed is listed
@@ -44,11 +45,13 @@ RUNS: list[tuple[str, list[str]]] = [
     ('recorder', ['recorder.py']),
     ('faults', ['faults.py']),
     ('models', ['models.py']),
+    ('vla', ['vla.py']),
+    ('rtc', ['rtc.py']),
     ('robocasa_bridge', ['robocasa_bridge.py']),
 ]
 ORDER = ('task_time', 'task_time_latency', 'sim_graph', 'sim_graph_pool_executor',
          'sim_graph_640x480', 'jitter',
-         'image_transport', 'operator_latency', 'faults', 'models',
+         'image_transport', 'operator_latency', 'faults', 'models', 'vla', 'rtc',
          'recorder', 'so101_bus', 'closed_loop', 'robocasa_bridge')
 
 
