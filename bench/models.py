@@ -103,6 +103,8 @@ def planner_child(model_path: str, gguf_file: str, text_only: bool, repeats: int
             times.append(time.perf_counter() - t)
         out['kinds'][kind] = {**summary(times), 'output_chars': len(text),
                               'output_head': text[:60]}
+    # Safetensors weights are mapped, not read, at load: resident once generation touched them.
+    out['rss_total_after_mb'] = round(rss_mb(), 1)
     planner.close()
     return out
 

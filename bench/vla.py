@@ -1,7 +1,7 @@
 """Vision-language-action policies and a vision-language planner at real size, on this CPU.
 
 Usage: .venv/bin/python bench/vla.py [--repeats 5] [--sizes tiny real] [--threads 1 2]
-                                     [--no-planner] [--out bench/reports]
+                                     [--no-planner] [--pi] [--out bench/reports]
 
 Policy: SmolVLA checkpoints built offline with LeRobot 0.6.1's own classes and random weights
 (lerobot_lang_nodes.tiny_models.vla), at the test size (TINY) and at the published size
@@ -19,8 +19,13 @@ Planner: a SmolVLM2-500M-sized vision-language model with random weights through
 `transformers` planner (load time, memory, generation latency per kind, up to 48 new tokens:
 random weights never stop early), so the cost of a real planner beside a real policy is known.
 
-PI0 and PI0.5 are not measured here: in LeRobot 0.6.1 only their 3.3 B configuration runs
-(see bench/README.md, "VLA policies"). CUDA rows need a GPU machine (none on these).
+With ``--pi``, PI0 and PI0.5 too, at their published configuration (PaliGemma 3B backbone,
+Gemma 300M action expert, 224 px, 50-action chunks, 10 denoising steps, bfloat16: float32
+would not fit 24 GB beside anything else; the language padded to 48 / 200 tokens as
+LeRobot's configurations do), random weights (lerobot_lang_nodes.tiny_models.pi) with the
+stand-in tokenizer in a private HF_HOME: minutes per chunk on 2 CPU cores, so one warm-up and
+``--pi-repeats`` timed chunks per path, at ``--pi-threads``. CUDA rows need a GPU machine
+(none on these).
 Output: a table on stdout and bench/reports/vla.{json,md}.
 """
 
@@ -29,6 +34,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -117,6 +123,20 @@ def policy_child(path: str, threads: int, repeats: int) -> dict:
             'overhead_ratio': round(node['p50_ms'] / lerobot['p50_ms'], 3)}
 
 
+def build_pi_child(kind: str, out: str) -> dict:
+    """Runs in a fresh process: a PI0 / PI0.5 checkpoint at the published configuration."""
+    from lerobot_lang_nodes.tiny_models import pi
+    t0 = time.perf_counter()
+    path = pi.build_pi(Path(out) / kind, kind, chunk_size=50, num_inference_steps=10,
+                       image_resolution=(224, 224),
+                       tokenizer_max_length=PUBLISHED_TOKENS[kind])
+    return {'path': str(path), 'build_s': round(time.perf_counter() - t0, 1)}
+
+
+# LeRobot's default tokenizer_max_length of each configuration (openpi's).
+PUBLISHED_TOKENS = {'pi0': 48, 'pi05': 200}
+
+
 def percentile(values: list[float], q: float) -> float:
     import numpy as np
     return round(float(np.percentile(np.asarray(values) * 1000.0, q)), 2)
@@ -163,7 +183,9 @@ def markdown(report: dict) -> str:
             lines.append(f"error: {planner['error']}")
         else:
             lines += [f"{planner.get('params_m', '?')} M parameters; load "
-                      f"{planner['load_s']} s, RSS added {planner['rss_added_mb']} MB.", '',
+                      f"{planner['load_s']} s, RSS added by the load {planner['rss_added_mb']} "
+                      f"MB (the weights are memory-mapped), process RSS after generating "
+                      f"{planner.get('rss_total_after_mb', '?')} MB.", '',
                       '| kind | p50 ms | min ms | max ms | n |', '|---|---|---|---|---|']
             for kind, k in planner['kinds'].items():
                 lines.append(f"| {kind} | {k['p50_ms']} | {k['min_ms']} | {k['max_ms']} | "
@@ -178,6 +200,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument('--sizes', nargs='+', choices=SIZES, default=list(SIZES))
     parser.add_argument('--threads', type=int, nargs='+', default=[1, 2])
     parser.add_argument('--no-planner', action='store_true')
+    parser.add_argument('--pi', action='store_true',
+                        help='also PI0 and PI0.5 at their published size (about 4 B parameters '
+                             'each, ~14 GB while loaded, minutes per chunk on a CPU)')
+    parser.add_argument('--pi-repeats', type=int, default=1)
+    parser.add_argument('--pi-threads', type=int, default=2)
     parser.add_argument('--out', type=Path, default=REPORT_DIR)
     args = parser.parse_args(argv)
     report: dict[str, Any] = {**offline_report(args.repeats), 'builds': {}, 'policy': {}}
@@ -192,6 +219,20 @@ def main(argv: list[str] | None = None) -> int:
                                                    args.repeats)
                                           if 'path' in built else built)
                 print(name, json.dumps(report['policy'][name]), flush=True)
+        if args.pi:
+            from lerobot_lang_nodes.tiny_models.pi import install_paligemma_tokenizer
+            # Inherited by the spawned children: the processors find the tokenizer offline.
+            os.environ['HF_HOME'] = str(Path(tmp) / 'hf_home')
+            install_paligemma_tokenizer(os.environ['HF_HOME'])
+            for kind in ('pi0', 'pi05'):
+                built = in_child(build_pi_child, kind, tmp)
+                report['builds'][f'{kind}_real'] = built
+                name = f'{kind}_real_{args.pi_threads}'
+                report['policy'][name] = (in_child(policy_child, built['path'], args.pi_threads,
+                                                   args.pi_repeats)
+                                          if 'path' in built else built)
+                print(name, json.dumps(report['policy'][name]), flush=True)
+                shutil.rmtree(built.get('path', Path(tmp) / kind), ignore_errors=True)
         if not args.no_planner:
             built = in_child(build_planner_child, tmp)
             report['builds']['planner'] = built

@@ -571,8 +571,10 @@ class LeRobotPolicy:
         instruction = str(observation.get('instruction') or '')
         frame = self.frame(observation)
         rtc_kwargs = self._rtc_kwargs(observation.get('rtc'))
-        # RTC's guidance takes a gradient through the denoiser: no_grad, not inference_mode.
-        grad_off = torch.no_grad() if self.rtc else torch.inference_mode()
+        # RTC's guidance takes a gradient through the denoiser: no_grad, not inference_mode,
+        # when there is a left-over to guide towards (inference_mode is the cheaper one).
+        guided = rtc_kwargs.get('prev_chunk_left_over') is not None
+        grad_off = torch.no_grad() if guided else torch.inference_mode()
         with self._lock, grad_off:
             if instruction != self._instruction:
                 self.reset()
