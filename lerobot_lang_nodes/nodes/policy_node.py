@@ -117,15 +117,16 @@ class PolicyConfig:
     status_timeout_s: float = field(default=2.0, metadata={
         'doc': 'Infer only while a runtime_status newer than this was received (s).',
         'range': (0.1, 60.0)})
-    rtc: str = field(default='auto', metadata={
-        'doc': 'Real-time chunking (LeRobot\'s lerobot.policies.rtc): each inference is given '
-               'the executing chunk\'s actions not played yet and the expected delay in '
+    rtc: bool = field(default=True, metadata={
+        'doc': 'Real-time chunking (LeRobot\'s lerobot.policies.rtc) for the policy types that '
+               'support it (SmolVLA, PI0, PI0.5; others keep plain chunks): each inference is '
+               'given the executing chunk\'s actions not played yet and the expected delay in '
                'control steps, and the new chunk is guided to continue them and stamped where '
-               'it joins. auto: on for the policy types that support it (SmolVLA, PI0, '
-               'PI0.5); off: plain chunks.', 'choices': ('auto', 'off')})
+               'it joins. false: plain chunks.'})
     rtc_execution_horizon: int = field(default=10, metadata={
-        'doc': 'RTC: actions of the new chunk guided towards the executing one (LeRobot\'s '
-               'execution_horizon; the first inference_delay of them fully).',
+        'doc': 'RTC: actions after the expected delay over which the guidance towards the '
+               'executing chunk fades (the delay\'s own actions follow it fully); passed to '
+               'LeRobot as execution_horizon = delay + this.',
         'range': (1, 1000)})
     rtc_max_guidance_weight: float = field(default=10.0, metadata={
         'doc': 'RTC: upper bound of the guidance weight (LeRobot\'s max_guidance_weight).',

@@ -148,11 +148,12 @@ def build_smolvla(out: str | Path, *, backbone: str | Path | None = None,
 def bimodal_chunks(state: Any, chunk: int, rng: Any, *, amplitude: float = 8.0,
                    pull_steps: float = 60.0, centre: tuple[float, ...] = STATE_MEAN) -> Any:
     """Target chunks (B, chunk, 6), checkpoint units, for a flow-matching policy whose
-    consecutive chunks can disagree: from the state, a slow pull towards ``centre`` plus a bump
-    of ``amplitude`` to one side or the other, drawn per example (two modes, as a path around
-    an obstacle on the left or the right). A policy that learns it picks a mode with its noise
-    at every inference, so a chunk may swing the other way than the one it replaces: the jump
-    real-time chunking exists to remove."""
+    consecutive chunks disagree where they meet: from the state, a slow pull towards
+    ``centre`` plus a bump of ``amplitude`` that starts at the chunk's first row and peaks at
+    its middle, to one side or the other, drawn per example (two modes, as a path around an
+    obstacle on the left or the right). A chunk computed while half of the previous one is
+    left starts its bump again where the previous one is at its peak: the jump real-time
+    chunking exists to remove. (A small model fitted to it may settle on one side.)"""
     import numpy as np
     state = np.asarray(state, dtype=np.float32)
     k = np.arange(1, chunk + 1, dtype=np.float32)[None, :, None]

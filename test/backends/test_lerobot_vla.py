@@ -162,7 +162,7 @@ def test_real_time_chunking_is_on_for_smolvla_and_guides_towards_the_left_over(s
 
     from lerobot_lang_nodes.core.rtc import Continuation
     backend = lp.LeRobotPolicy(cfg(smolvla))
-    off = lp.LeRobotPolicy(cfg(smolvla, rtc='off'))
+    off = lp.LeRobotPolicy(cfg(smolvla, rtc=False))
     try:
         assert backend.rtc and not off.rtc
         assert backend.policy.config.rtc_config.execution_horizon == 10
@@ -190,3 +190,6 @@ def test_flat_policies_without_rtc_support_keep_plain_chunks(tmp_path) -> None:
     assert not act.rtc
     with pytest.raises(lp.PolicyLoadError, match="rtc_schedule 'cosine' is not one of"):
         lp.LeRobotPolicy(cfg(tmp_path / 'act', rtc_schedule='cosine'))
+    # YAML reads an unquoted `off` as false; a string is refused rather than guessed.
+    with pytest.raises(lp.PolicyLoadError, match="rtc is 'off'; expected true or false"):
+        lp.LeRobotPolicy(cfg(tmp_path / 'act', rtc='off'))

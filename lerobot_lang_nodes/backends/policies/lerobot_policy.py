@@ -43,7 +43,6 @@ SO101_UNITS = ('degrees', 'range_m100_100')
 # 'raw': no SO-101 conversion; the state and actions are the checkpoint's own values.
 STATE_UNITS = (*SO101_UNITS, 'raw')
 DTYPES = ('auto', 'float32', 'bfloat16', 'float16')
-RTC_MODES = ('auto', 'off')
 # LeRobot's RTCAttentionSchedule members, by the names the `rtc_schedule` parameter takes.
 RTC_SCHEDULES = ('linear', 'exp', 'ones', 'zeros')
 # LeRobot >= 0.5 names the SO-100/101 follower robot type `so_follower`; the default of the
@@ -483,17 +482,17 @@ class LeRobotPolicy:
     def _enable_rtc(self, cfg: Any, policy: Any) -> bool:
         """Real-time chunking with LeRobot's own guidance, as ``lerobot-rollout
         --inference.type=rtc`` sets it up: an ``RTCConfig`` on the policy's config and
-        ``init_rtc_processor()``. 'auto' turns it on for the types that support it (SmolVLA,
-        PI0, PI0.5); the others keep plain chunks."""
-        mode = str(getattr(cfg, 'rtc', 'auto'))
+        ``init_rtc_processor()``. ``rtc`` (default true) turns it on for the types that
+        support it (SmolVLA, PI0, PI0.5); the others keep plain chunks."""
+        wanted = getattr(cfg, 'rtc', True)
+        if not isinstance(wanted, bool):
+            raise PolicyLoadError(f'rtc is {wanted!r}; expected true or false')
         schedule = str(getattr(cfg, 'rtc_schedule', 'linear'))
-        if mode not in RTC_MODES:
-            raise PolicyLoadError(f'rtc {mode!r} is not one of {list(RTC_MODES)}')
         if schedule not in RTC_SCHEDULES:
             raise PolicyLoadError(f'rtc_schedule {schedule!r} is not one of '
                                   f'{list(RTC_SCHEDULES)}')
         supports = getattr(policy, 'supports_rtc', None)
-        if mode == 'off' or not callable(supports) or not supports() \
+        if not wanted or not callable(supports) or not supports() \
                 or not hasattr(policy, 'init_rtc_processor'):
             return False
         from lerobot.configs import RTCAttentionSchedule
@@ -608,8 +607,13 @@ class LeRobotPolicy:
             return {'inference_delay': 0, 'prev_chunk_left_over': None}
         left = self._torch.as_tensor(np.asarray(continuation.left_over, dtype=np.float32),
                                      device=self.device)
-        return {'inference_delay': int(continuation.inference_delay),
-                'prev_chunk_left_over': left}
+        delay = int(continuation.inference_delay)
+        # The rows played first are those after the delay: the guidance fades over
+        # rtc_execution_horizon rows from there (LeRobot's execution_horizon counts from row
+        # 0, so a delay longer than it would leave the joining rows unguided).
+        horizon = delay + self.policy.config.rtc_config.execution_horizon
+        return {'inference_delay': delay, 'prev_chunk_left_over': left,
+                'execution_horizon': horizon}
 
     def infer(self, observation: Mapping[str, Any]) -> np.ndarray:
         """(H, 6) joint targets in radians, columns ``action_names``; with ``state_units: raw``
