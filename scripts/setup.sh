@@ -145,7 +145,7 @@ if [ "$WITH_ML" = 1 ] && ! stamp_ok ml "${ML_REQS[@]}"; then
   # check stays clean of the dependencies they declare and never use. A copy installed into
   # site-packages by an older checkout is removed.
   local_models=$VENV/share/lerobot_lang_nodes/model_files
-  while read -r req; do
+  while read -r req || [ -n "$req" ]; do
     req=${req%%#*}; req=${req//[[:space:]]/}
     [ -n "$req" ] || continue
     name=${req%%[=<>!~]*}
