@@ -165,6 +165,14 @@ def offline_report(repeats: int) -> dict[str, Any]:
             'repeats': repeats}
 
 
+def write_report(out: Path, name: str, report: dict[str, Any], text: str) -> None:
+    """out/NAME.json and out/NAME.md (the Markdown ``text``), which is also printed."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f'{name}.json').write_text(json.dumps(report, indent=2) + '\n')
+    (out / f'{name}.md').write_text(text)
+    sys.stdout.write(text + f"\nreports: {out / f'{name}.json'}, {out / f'{name}.md'}\n")
+
+
 def in_child(fn, *args) -> dict:
     """Run ``fn(*args)`` in a fresh spawned process (clean memory and import state)."""
     ctx = multiprocessing.get_context('spawn')
@@ -298,11 +306,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.graph_sim_seconds > 0:
             report['graph'] = graph_comparison(model_dir, args.graph_sim_seconds, args.out)
     report['machine']['loadavg_end'] = os.getloadavg()[0]
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / 'models.json').write_text(json.dumps(report, indent=2) + '\n')
-    text = markdown(report)
-    (args.out / 'models.md').write_text(text)
-    sys.stdout.write(text + f"\nreports: {args.out / 'models.json'}, {args.out / 'models.md'}\n")
+    write_report(args.out, 'models', report, markdown(report))
     failed = [n for part in ('planner', 'policy') for n, r in report[part].items()
               if 'error' in r]
     return 1 if failed else 0

@@ -40,7 +40,7 @@ from typing import Any
 
 import numpy as np
 
-from models import in_child, offline_report
+from models import in_child, offline_report, write_report
 
 REPORT_DIR = Path(__file__).resolve().parent / 'reports'
 HERE = Path(__file__).resolve().parent
@@ -207,10 +207,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(key, json.dumps(report['runs'][key]), flush=True)
     if args.task_time:
         report['task_time'] = task_times(args.latencies, args.out)
-    (args.out / 'rtc.json').write_text(json.dumps(report, indent=2) + '\n')
-    text = markdown(report)
-    (args.out / 'rtc.md').write_text(text)
-    sys.stdout.write(text + f"\nreports: {args.out / 'rtc.json'}, {args.out / 'rtc.md'}\n")
+    write_report(args.out, 'rtc', report, markdown(report))
     return 1 if any('error' in r for r in report['runs'].values()) else 0
 
 

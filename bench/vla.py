@@ -42,7 +42,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from models import in_child, offline_report, planner_child, rss_mb, summary
+from models import in_child, offline_report, planner_child, rss_mb, summary, write_report
 
 REPORT_DIR = Path(__file__).resolve().parent / 'reports'
 SIZES = ('tiny', 'real')
@@ -240,11 +240,7 @@ def main(argv: list[str] | None = None) -> int:
                                  if 'path' in built else built)
             report['planner']['params_m'] = built.get('params_m')
     report['machine']['loadavg_end'] = os.getloadavg()[0]
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / 'vla.json').write_text(json.dumps(report, indent=2) + '\n')
-    text = markdown(report)
-    (args.out / 'vla.md').write_text(text)
-    sys.stdout.write(text + f"\nreports: {args.out / 'vla.json'}, {args.out / 'vla.md'}\n")
+    write_report(args.out, 'vla', report, markdown(report))
     failed = [n for n, r in report['policy'].items() if 'error' in r]
     return 1 if failed or 'error' in report.get('planner', {}) else 0
 

@@ -112,11 +112,14 @@ class BaseLanguageAdapter(ABC):
 
         from lerobot.configs import PreTrainedConfig
         from lerobot.policies.factory import get_policy_class, make_pre_post_processors
+
+        from lerobot_lang_nodes.backends.policies.lerobot_policy import load_pretrained_policy
         path = str(model_path)
         cfg = PreTrainedConfig.from_pretrained(path)
         cfg.pretrained_path = Path(path)
         cfg.device = device
-        policy = get_policy_class(cfg.type).from_pretrained(path, config=cfg)
+        # The lerobot backend's load: no random initialisation that the file then overwrites.
+        policy = load_pretrained_policy(get_policy_class(cfg.type), Path(path), cfg)
         if dtype != 'float32':
             policy = policy.to(getattr(torch, dtype))
         device_override = {'device_processor': {'device': device}}
