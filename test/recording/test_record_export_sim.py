@@ -85,6 +85,10 @@ def recorded(tmp_path):
         probe.close()
 
 
+def _stamp_s(stamp) -> float:
+    return stamp.sec + stamp.nanosec * 1e-9
+
+
 def test_recorded_session_exports_to_a_lerobot_dataset(recorded):
     from lerobot.datasets.language import SAY_TOOL_SCHEMA, language_feature_info
     from lerobot.datasets.lerobot_dataset import LeRobotDataset
@@ -98,7 +102,10 @@ def test_recorded_session_exports_to_a_lerobot_dataset(recorded):
                 '/cameras/wrist/image_raw'} <= {t for t, v in topics.items() if v.count}
         log = {topic: t_ns / 1e9 for t_ns, topic, _type, _raw in
                reader.messages(['/interjection', '/vqa_log'])}
-        joint_t = [t_ns / 1e9 for t_ns, *_ in reader.messages(['/joint_states'])]
+        # The exporter places stamped messages at their header stamp (sim time here, which
+        # runs ahead of or behind the receive clock when the sim catches up after a stall).
+        joint_t = [_stamp_s(reader.decode(raw, msgtype).header.stamp)
+                   for _t_ns, _topic, msgtype, raw in reader.messages(['/joint_states'])]
         # The episode starts at the first frame with every stream (state and both cameras).
         start = max(next(iter(reader.messages([topic])))[0] / 1e9 for topic in (
             '/joint_states', '/cameras/front/image_raw', '/cameras/wrist/image_raw'))
