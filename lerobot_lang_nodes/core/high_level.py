@@ -118,14 +118,16 @@ class HighLevelPlanner:
         """True while the operator's text is the subtask (no subtask generation)."""
         return self._direct
 
-    def set_task(self, task: str, direct_subtask: bool = False, restate: bool = True) -> bool:
+    def set_task(self, task: str, direct_subtask: bool = False, restate: bool = True,
+                 restart: bool = False) -> bool:
         """Set the operator's task; in direct mode it also becomes the subtask at once.
 
         The same task again restarts it when an interjection re-planned meanwhile
-        (``restate``; LanguageState.set_task).
+        (``restate``), or always with ``restart`` (LanguageState.set_task).
         """
         self._direct = bool(direct_subtask or self.cfg.direct_subtask)
-        changed = self.state.set_task(task, source='operator', restate=restate)
+        changed = self.state.set_task(task, source='operator', restate=restate,
+                                      restart=restart)
         if changed:
             self.throttle.reset()
         if self._direct and self.state.task:

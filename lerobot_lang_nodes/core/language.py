@@ -103,18 +103,21 @@ class LanguageState:
     def _check_expected(self, expected_revision: int | None) -> bool:
         return expected_revision is None or expected_revision == self.revision
 
-    def set_task(self, task: str, source: str = 'operator', restate: bool = True) -> bool:
+    def set_task(self, task: str, source: str = 'operator', restate: bool = True,
+                 restart: bool = False) -> bool:
         """Set the goal; a change bumps revision and resets subtask, prior, memory and plan.
 
         The reset is deliberate: a context generated for the old goal must not condition
         the new one. Returns whether the task changed. The same task again is no change,
         unless an interjection's plan replaced it meanwhile: restating the task drops the
         plan and starts the task over (``restate=False``: keep it, e.g. a mode change).
+        ``restart`` starts the same task over whatever it holds (a new scene), in one step:
+        no reader sees an empty task in between.
         """
         _check_choice('source', source, SOURCES)
         task = (task or '').strip()
         with self._lock:
-            if task == self.task and not (restate and self.plan):
+            if task == self.task and not restart and not (restate and self.plan):
                 return False
             self.task = task
             self.subtask = self.prior_subtask = self.memory = self.plan = ''

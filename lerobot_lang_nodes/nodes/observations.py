@@ -24,19 +24,23 @@ class LatestObservations:
     Each source (a camera name, or ``GROUND_TRUTH``) counts the values it received
     (``version``), and ``on_update(source)``, when given, is called after each one (outside the
     lock, on the subscription's thread): the planner looks again when something new arrives.
+    ``on_truth(truth, sent_ns)``, when given, sees each ground truth with its DDS source time
+    (wall clock, ns; None where the RMW gives none) once it is the current one.
     """
 
     GROUND_TRUTH = 'ground_truth'
 
     def __init__(self, node: Any, cameras: Sequence[str], image_topic_pattern: str,
                  ground_truth_topic: str = '',
-                 on_update: Callable[[str], None] | None = None) -> None:
+                 on_update: Callable[[str], None] | None = None,
+                 on_truth: Callable[[dict, int | None], None] | None = None) -> None:
         self._node = node
         self._lock = threading.Lock()
         self._images: dict[str, np.ndarray] = {}
         self._truth: dict | None = None
         self._counts: dict[str, int] = {}
         self._on_update = on_update
+        self._on_truth_hook = on_truth
         for cam in cameras:
             node.create_subscription(Image, image_topic_pattern.format(name=cam),
                                      lambda m, c=cam: self._on_image(c, m), qos.SENSOR)
@@ -57,9 +61,11 @@ class LatestObservations:
         if self._on_update is not None:
             self._on_update(camera)
 
-    def _on_truth(self, msg: String) -> None:
+    def _on_truth(self, msg: String, info: dict) -> None:
         try:
             truth = json.loads(msg.data)
+            if not isinstance(truth, dict):
+                raise ValueError(f'a JSON {type(truth).__name__}, not an object')
         except ValueError as exc:
             self._node.get_logger().warning(f'{self._truth_topic}: not JSON ({exc})',
                                             throttle_duration_sec=5.0)
@@ -67,6 +73,9 @@ class LatestObservations:
         with self._lock:
             self._truth = truth
             self._counts[self.GROUND_TRUTH] = self._counts.get(self.GROUND_TRUTH, 0) + 1
+        if self._on_truth_hook is not None:
+            stamp = info.get('source_timestamp') if isinstance(info, dict) else None
+            self._on_truth_hook(truth, int(stamp) if stamp else None)
         if self._on_update is not None:
             self._on_update(self.GROUND_TRUTH)
 

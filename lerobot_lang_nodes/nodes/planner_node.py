@@ -38,6 +38,7 @@ from lerobot_lang_nodes.core.control_loop import ThrottledLog
 from lerobot_lang_nodes.core.inputs import DEFAULT_MAX_TEXT_CHARS, text_problem
 from lerobot_lang_nodes.core.high_level import HighLevelConfig, HighLevelPlanner
 from lerobot_lang_nodes.core.language import LanguageSnapshot, LanguageState
+from lerobot_lang_nodes.core.scene_reset import Command, ResetOrdering
 from lerobot_lang_nodes.nodes import qos, runner
 from lerobot_lang_nodes.nodes.diagnostics import DiagnosticsPublisher
 from lerobot_lang_nodes.nodes.observations import LatestObservations
@@ -249,9 +250,8 @@ class PlannerNode(Node):
             self.create_subscription(String, 'task', self._on_task_sample, task_qos)
         self._vqa_log_pub = self.create_publisher(String, 'vqa_log', qos.COMMAND)
         self._sim_seed: Any = None
-        if self.cfg.ground_truth_topic:  # the simulator's seed changes on every /sim/reset
-            self.create_subscription(String, self.cfg.ground_truth_topic, self._on_truth,
-                                     qos.LATCHED)
+        self._resets = ResetOrdering()  # touched by the worker only
+        self.scene_resets = 0  # simulator resets handled (counted once handled)
         self.create_subscription(String, 'interjection', self._on_interjection, qos.COMMAND)
         self.create_subscription(ActionChunk, 'action_chunk', self._on_chunk, qos.COMMAND)
         self.create_subscription(RuntimeStatus, 'runtime_status', self._on_status, qos.STATUS)
@@ -260,7 +260,8 @@ class PlannerNode(Node):
         self.observations = LatestObservations(self, self.cfg.cameras,
                                                self.cfg.image_topic_pattern,
                                                self.cfg.ground_truth_topic,
-                                               on_update=self._on_observation)
+                                               on_update=self._on_observation,
+                                               on_truth=self._on_truth)
         self._pause_client = self.create_client(Trigger, self.cfg.pause_service,
                                                 callback_group=MutuallyExclusiveCallbackGroup())
         self.create_service(AskVqa, 'vqa', self._on_vqa, callback_group=cb,
@@ -340,29 +341,31 @@ class PlannerNode(Node):
             if key in self._seen_tasks:
                 return
             self._seen_tasks.append(key)
-        self._on_task(msg)
+        self._on_task(msg, _sent_ns(info))
 
-    def _on_task(self, msg: String) -> None:
+    def _on_task(self, msg: String, sent_ns: int | None = None) -> None:
+        """A /task text; ``sent_ns`` is when it was sent (wall clock; None: now)."""
         if self._refuse_text(msg.data, 'task'):
             return
+        sent_ns = sent_ns or time.time_ns()
         text = msg.data.strip()
         direct = text.lower().startswith(DIRECT_PREFIX)
         if direct:
             text = text[len(DIRECT_PREFIX):].strip()
             # `direct: X` with a task set: X becomes the active subtask, the task stays.
-            self._submit(self._job_direct_subtask, text)
+            self._submit(self._job_direct_subtask, text, sent_ns)
             return
-        self._submit(self._job_set_task, text, direct)
+        self._submit(self._job_set_task, text, direct, sent_ns)
 
-    def _on_truth(self, msg: String) -> None:
-        try:
-            seed = json.loads(msg.data).get('seed')
-        except (ValueError, AttributeError):
-            return  # LatestObservations reports bad ground truth
+    def _on_truth(self, truth: dict, sent_ns: int | None) -> None:
+        """Ground truth, already the observation: the simulator's seed changes on every reset."""
+        seed = truth.get('seed')
         with self._lock:
             previous, self._sim_seed = self._sim_seed, seed
         if previous is not None and seed != previous:
-            self._submit(self._job_sim_reset, seed)
+            # The simulator published the new scene before its reset service answered: the
+            # sample's source time orders the reset before any command sent after the answer.
+            self._submit(self._job_sim_reset, seed, sent_ns)
 
     def _on_interjection(self, msg: String) -> None:
         if not msg.data.strip():
@@ -536,7 +539,9 @@ class PlannerNode(Node):
                       subtask=snap.subtask, refused_inputs=self.refused_inputs,
                       vqa_busy=self.vqa_busy,
                       interjections_coalesced=self.interjections_coalesced,
-                      queued_jobs=self._jobs.qsize())
+                      queued_jobs=self._jobs.qsize(), scene_seed=self._sim_seed,
+                      scene_resets=self.scene_resets,
+                      commands_kept_over_reset=self._resets.kept)
         values.update(self.planner.stats())
         backend_values = getattr(gen.impl, 'diagnostics', None)
         if callable(backend_values):
@@ -558,29 +563,55 @@ class PlannerNode(Node):
                 'ground_truth': self.observations.ground_truth(),
                 'language': self.state.snapshot(), 'time_s': self._now_s()}
 
-    def _job_set_task(self, text: str, direct: bool) -> None:
-        self.planner.set_task(text, direct_subtask=direct)
+    def _job_set_task(self, text: str, direct: bool, sent_ns: int | None = None,
+                      restart: bool = False) -> None:
+        self._resets.note('task', text, direct, sent_ns)
+        self.planner.set_task(text, direct_subtask=direct, restart=restart)
         self._subtask_history = [self.state.subtask] if self.state.subtask else []
         self.get_logger().info(f'task: {text!r}' + (' (direct subtask)' if direct else ''))
         if text and not self.planner.direct and not self._load_failed('subtask generation'):
             self.planner.regenerate(self._now_s(), self.observation())
 
-    def _job_direct_subtask(self, text: str) -> None:
+    def _job_direct_subtask(self, text: str, sent_ns: int | None = None) -> None:
         task = self.state.task
         if not task:  # nothing to keep: the text is task and subtask
-            self._job_set_task(text, True)
+            self._job_set_task(text, True, sent_ns)
             return
+        self._resets.note('direct', text, True, sent_ns)
         # Same task: only the mode changes (an interjection's plan stays).
         self.planner.set_task(task, direct_subtask=True, restate=False)
         self.state.set_subtask(text, source='operator')
         self.get_logger().info(f'subtask (direct): {text!r}; task stays {task!r}')
 
-    def _job_sim_reset(self, seed: Any) -> None:
-        # A new scene: the finished task and its memory belong to the old one.
-        self.planner.set_task('', direct_subtask=False)
+    def _job_sim_reset(self, seed: Any, reset_ns: int | None) -> None:
+        # A new scene: the finished task and its memory belong to the old one; a command
+        # sent after the reset (that reached this worker first) starts over on the new scene.
+        later = self._resets.reset(reset_ns)
         self._subtask_history = []
+        if not later:
+            self.planner.set_task('', direct_subtask=False)
+            self.scene_resets += 1
+            self.get_logger().info(f'simulator reset (seed {seed}): task and memory cleared; '
+                                   'send a new task on /task')
+            return
+        first, rest = later[0], later[1:]
+        if first.kind == 'task':  # one step: a RunTask goal never sees an empty task
+            self._job_set_task(first.text, first.direct, first.sent_ns, restart=True)
+        else:
+            self.planner.set_task('', direct_subtask=False)
+            self._job_direct_subtask(first.text, first.sent_ns)
+        for command in rest:
+            self._replay(command)
+        self.scene_resets += 1
         self.get_logger().info(f'simulator reset (seed {seed}): task and memory cleared; '
-                               'send a new task on /task')
+                               f'kept {len(later)} command(s) sent after the reset: task '
+                               f'{self.state.task!r}, started over on the new scene')
+
+    def _replay(self, command: Command) -> None:
+        if command.kind == 'task':
+            self._job_set_task(command.text, command.direct, command.sent_ns)
+        else:
+            self._job_direct_subtask(command.text, command.sent_ns)
 
     def _job_interject(self, text: str) -> None:
         if self._load_failed(f'interjection {text!r}'):
@@ -747,8 +778,8 @@ class PlannerNode(Node):
                                                      or self.cfg.direct_subtask):
             return self._end_goal(handle.abort, RunTask.Result(
                 success=False, message=self.generator.error, subtasks=[]))
-        self._submit(self._job_set_task, goal.task.strip(), bool(goal.direct_subtask)
-                     ).result(timeout=60.0)
+        self._submit(self._job_set_task, goal.task.strip(), bool(goal.direct_subtask),
+                     time.time_ns()).result(timeout=60.0)
         start_rev = self.state.revision
         start_s = self._now_s()
         period = 1.0 / self.cfg.feedback_hz
@@ -827,6 +858,12 @@ class PlannerNode(Node):
         close = getattr(self.generator.impl, 'close', None)
         if callable(close):
             close()
+
+
+def _sent_ns(info: dict) -> int | None:
+    """A sample's DDS source timestamp (wall clock, ns), None where the RMW gives none."""
+    stamp = info.get('source_timestamp') if isinstance(info, dict) else None
+    return int(stamp) if stamp else None
 
 
 def main(args: list[str] | None = None) -> int:
