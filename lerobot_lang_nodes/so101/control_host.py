@@ -199,6 +199,11 @@ class So101ControlHost:
             robot = self.robot
             if robot is None or not robot.connected:
                 return False, 'not connected; nothing to reset (wait for the reconnect)'
+            if self.health != 'fault' and robot.fault is None and not robot.mismatch:
+                # Nothing latched: the caller's goal (no fault) already holds, so succeed, say
+                # so, and leave the servos alone (a reset would ping them and re-hold).
+                hint = '; resume clears the loop error' if self.health == 'error' else ''
+                return True, f'no fault latched (health {self.health}): nothing to reset{hint}'
             try:
                 robot.reset()
                 if self.active and not robot.torque_enabled:  # off after a refused reconnect
