@@ -52,9 +52,11 @@ def load_backend(kind: str, name: str) -> type:
         if module_path == missing or module_path.startswith(f'{missing}.'):
             raise BackendNotFound(f'{kind} backend {name!r} names module {module_path!r}, '
                                   'which does not exist') from exc
-        raise BackendUnavailable(f'{kind} backend {name!r} needs the Python package '
-                                 f'{missing!r}, which is not installed; install it (see '
-                                 'README "Backends")') from exc
+        from lerobot_lang_nodes import dependencies
+        raise BackendUnavailable(
+            dependencies.model_stack_message(f'the {kind} backend {name!r}', exc)
+            or f'{kind} backend {name!r} needs the Python package {missing!r}, which is not '
+            'installed; install it (see README "Backends")') from exc
     try:
         return getattr(module, attr)
     except AttributeError as exc:

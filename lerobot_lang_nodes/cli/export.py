@@ -11,6 +11,7 @@ import argparse
 import logging
 import sys
 
+from lerobot_lang_nodes import dependencies
 from lerobot_lang_nodes.recording.dataset import (EPISODES_BY, UNITS, ExportError, ExportOptions,
                                                   export)
 
@@ -64,6 +65,8 @@ def run(_name: str, args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f'export: {exc}', file=sys.stderr)
         return 2
+    # LeRobot writes the dataset: without it, say so before reading any bag.
+    dependencies.require_model_stack('lerobot-lang export', 'lerobot')
     bar = None
 
     def progress(n: int, total: int) -> None:

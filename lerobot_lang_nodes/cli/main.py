@@ -46,7 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
         try:
             module = importlib.import_module(module_path)
         except ModuleNotFoundError as exc:
-            if exc.name and module_path.startswith(exc.name):
+            if exc.name and (module_path + '.').startswith(exc.name + '.'):
                 continue  # not shipped in this build
             raise
         module.add_arguments(name, p)
@@ -54,17 +54,31 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _run(name: str, module: Any, args: argparse.Namespace) -> int:
+    """``module.run``; a missing model-stack package (export, training without LeRobot or
+    torch) ends it with one line naming the requirement file and the command, exit 2."""
+    from lerobot_lang_nodes import dependencies
+    try:
+        return int(module.run(name, args) or 0)
+    except ImportError as exc:
+        message = dependencies.model_stack_message(f'lerobot-lang {name}', exc)
+        if message is None:
+            raise
+        print(message, file=sys.stderr)
+        return 2
+
+
 def run_one(name: str, module: Any, argv: list[str] | None = None) -> int:
     """One subcommand as its own program (``python -m <module>``): same arguments, same run."""
     parser = argparse.ArgumentParser(prog=f'lerobot-lang {name}', description=module.__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     module.add_arguments(name, parser)
-    return int(module.run(name, parser.parse_args(argv)) or 0)
+    return _run(name, module, parser.parse_args(argv))
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return int(args._module.run(args.command, args) or 0)
+    return _run(args.command, args._module, args)
 
 
 if __name__ == '__main__':

@@ -16,6 +16,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from lerobot_lang_nodes import dependencies
+
 from . import registry
 
 logger = logging.getLogger(__name__)
@@ -78,13 +80,15 @@ def cache_key(model_path: str, device: str = 'auto', dtype: str = 'auto') -> Key
 def acquire(model_path: str, device: str = 'auto', dtype: str = 'auto',
             user: str = '') -> SharedModel:
     """The shared model for this checkpoint, loading it on first use; ``user`` is recorded."""
-    key = cache_key(model_path, device, dtype)
+    with dependencies.model_stack_required('the hierarchical backend'):
+        key = cache_key(model_path, device, dtype)
     with _lock:
         key_lock = _key_locks.setdefault(key, threading.Lock())
     with key_lock:
         model = _models.get(key)
         if model is None:
-            model = _load(key)
+            with dependencies.model_stack_required('the hierarchical backend'):
+                model = _load(key)
             with _lock:
                 _models[key] = model
         model.users.add(user or f'user{len(model.users) + 1}')

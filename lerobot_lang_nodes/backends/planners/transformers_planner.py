@@ -252,7 +252,7 @@ class TransformersPlanner:
     """TextGenerator over a transformers model; built as ``TransformersPlanner(cfg)``."""
 
     def __init__(self, cfg: Any) -> None:
-        from lerobot_lang_nodes import paths
+        from lerobot_lang_nodes import dependencies, paths
         from lerobot_lang_nodes.core import prompts
 
         self.model_path = str(getattr(cfg, 'model_path', ''))
@@ -271,11 +271,14 @@ class TransformersPlanner:
         self.last_scores: dict[str, float] = {}
         self.load_time_s = 0.0
         start = time.monotonic()
-        self.checkpoint = inspect_checkpoint(self.model_path, getattr(cfg, 'gguf_file', ''),
-                                             getattr(cfg, 'model_kind', 'auto'))
-        self.device = resolve_device(getattr(cfg, 'device', 'auto'))
-        self.dtype = resolve_dtype(getattr(cfg, 'dtype', 'auto'), self.device)
-        self._load()
+        # Without the model stack: one line naming requirements/ml.txt on the planner's log
+        # and /diagnostics, not `No module named 'torch'`.
+        with dependencies.model_stack_required('the transformers planner backend'):
+            self.checkpoint = inspect_checkpoint(self.model_path, getattr(cfg, 'gguf_file', ''),
+                                                 getattr(cfg, 'model_kind', 'auto'))
+            self.device = resolve_device(getattr(cfg, 'device', 'auto'))
+            self.dtype = resolve_dtype(getattr(cfg, 'dtype', 'auto'), self.device)
+            self._load()
         self.load_time_s = time.monotonic() - start
         logger.info('planner model ready in %.1f s: %s (%s, %s), %s on %s, %.1fM parameters%s',
                     self.load_time_s, self.model_path, self.checkpoint.kind,

@@ -22,13 +22,13 @@ from collections.abc import Mapping, Sequence
 import contextlib
 import logging
 import math
-import re
 from pathlib import Path
 import threading
 from typing import Any
 
 import numpy as np
 
+from lerobot_lang_nodes import dependencies
 from lerobot_lang_nodes.so101 import units
 from lerobot_lang_nodes.so101.calibration import Calibration, JOINT_NAMES, load_calibration
 
@@ -60,18 +60,16 @@ LEROBOT_EXTRAS = {'pi0': 'pi', 'pi05': 'pi', 'pi0_fast': 'pi', 'wall_x': 'wallx'
                   'multi_task_dit': 'multi-task-dit', 'lingbot_va': 'lingbot-va',
                   'vla_jepa': 'vla-jepa'}
 LEROBOT_VERSION = '0.6.1'
-# How Python, transformers and LeRobot name a package that is not installed.
-_MISSING_PACKAGE = re.compile(r"No module named '([\w.-]+)'|[Pp]ackage `([\w.-]+)` is required"
-                              r"|'([\w.-]+)' is required")
 
 
 def missing_dependency_error(policy_type: str, path: Path, exc: ImportError) -> PolicyLoadError:
     """A load failure caused by an optional package that is not installed, with the package
-    and the command that installs what the policy type needs."""
-    name = getattr(exc, 'name', None)
-    if not name:
-        found = _MISSING_PACKAGE.search(str(exc))
-        name = next((g for g in found.groups() if g), None) if found else None
+    and the command that installs what the policy type needs: the model stack's requirement
+    file for torch, LeRobot and the like, else the type's LeRobot extra."""
+    stack = dependencies.model_stack_message(f'the {policy_type} checkpoint {path}', exc)
+    if stack:
+        return PolicyLoadError(stack)
+    name = dependencies.missing_module(exc)
     extra = LEROBOT_EXTRAS.get(policy_type, policy_type.replace('_', '-'))
     package = f'the package {name!r}' if name else 'a package'
     return PolicyLoadError(
@@ -377,10 +375,13 @@ class LeRobotPolicy:
             check_device(str(getattr(cfg, 'device', 'auto')))
         except ValueError as exc:
             raise PolicyLoadError(str(exc)) from exc
-        import torch
-        from lerobot.configs.policies import PreTrainedConfig
-        from lerobot.policies.factory import get_policy_class, make_pre_post_processors
-        from lerobot.policies.utils import prepare_observation_for_inference
+        # Without the model stack: one line naming requirements/ml.txt, not `No module named
+        # 'torch'` on /diagnostics.
+        with dependencies.model_stack_required('the lerobot policy backend'):
+            import torch
+            from lerobot.configs.policies import PreTrainedConfig
+            from lerobot.policies.factory import get_policy_class, make_pre_post_processors
+            from lerobot.policies.utils import prepare_observation_for_inference
         self._torch = torch
         self._prepare = prepare_observation_for_inference
         device = str(getattr(cfg, 'device', 'auto'))
