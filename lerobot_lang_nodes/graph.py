@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -65,7 +66,6 @@ def environment_prefix(environment: str) -> Path:
     'robocasa': $LEROBOT_LANG_ROBOCASA_VENV, else .venv-robocasa next to this source tree
     (where scripts/setup.sh --robocasa builds it).
     """
-    import os
     if environment != 'robocasa':
         raise ValueError(f'unknown node environment {environment!r}')
     venv = os.environ.get(ROBOCASA_VENV_ENV) or str(paths.source_root() / '.venv-robocasa')
@@ -333,12 +333,14 @@ def _real_robot_overrides(values: dict[str, str]) -> dict[str, dict[str, object]
     return out
 
 
-def launch_plan(graph_name: str, values: dict[str, str]) -> LaunchPlan:
+def launch_plan(graph_name: str, values: dict[str, str],
+                out_dir: Path | None = None) -> LaunchPlan:
     """Resolve launch argument values (strings) into the nodes and parameters to start.
 
     Shared by launch/sim.launch.py and launch/real.launch.py, so `ros2 launch` starts what
     `lerobot-lang sim|real` starts; the parameters go into one file whose keys match under
-    any namespace.
+    any namespace: ``out_dir``/lerobot_lang_<graph>_params.yaml (the launch files pass the
+    launch's log folder), else a new temporary file the caller removes.
     """
     import tempfile
     defaults = {a.name: a.default for a in launch_arguments(graph_name)}
@@ -387,7 +389,11 @@ def launch_plan(graph_name: str, values: dict[str, str]) -> LaunchPlan:
                                                   or spec is RECORDER)
     used = {n for s in specs for n in (s.hosts or (s.name,))}
     params = {k: b for k, b in params.items() if k in used or k.startswith('/')}
-    fd, name = tempfile.mkstemp(prefix=f'lerobot_lang_{graph_name}_', suffix='.yaml')
+    if out_dir is not None:
+        name = str(Path(out_dir) / f'lerobot_lang_{graph_name}_params.yaml')
+        fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    else:
+        fd, name = tempfile.mkstemp(prefix=f'lerobot_lang_{graph_name}_', suffix='.yaml')
     with open(fd, 'w', encoding='utf-8') as f:
         f.write(f'# {params_file} with the launch arguments; keys match in any namespace\n')
         yaml.dump(namespaced(params), f, Dumper=NoAliasDumper, sort_keys=False)
@@ -406,32 +412,31 @@ def _merge(a: dict[str, dict[str, object]], b: dict[str, dict[str, object]]) -> 
 
 def _real_params(v: dict[str, str], params_file: Path,
                  overrides: dict[str, dict[str, object]]) -> tuple[dict, tuple[str, ...]]:
-    """The REAL graph's parameters from a robot YAML and/or the individual arguments."""
-    import tempfile
+    """The REAL graph's parameters from a robot YAML and/or the individual arguments.
 
+    Checked in memory (nothing written): a refusal names the user's robot YAML, or the launch
+    arguments when there is none.
+    """
     from lerobot_lang_nodes.cli import real_config
-    robot: dict = {}
+    robot: object = {}
     if v['robot_yaml']:
-        robot = yaml.safe_load(Path(v['robot_yaml']).read_text(encoding='utf-8')) or {}
-    if v['cameras']:
-        robot['cameras'] = yaml.safe_load(Path(v['cameras']).read_text(encoding='utf-8')) or {}
-    drv = overrides.get('so101_driver', {})
-    robot.setdefault('port', str(drv.get('port') or ''))
-    robot.setdefault('calibration', {'id': str(drv.get('calibration_id') or ''),
-                                     'path': str(drv.get('calibration_path') or '')})
-    robot.setdefault('cameras', {})
-    # Written next to the file it came from: its relative paths stay relative to that file.
+        robot = real_config.read_robot_yaml(Path(v['robot_yaml'])) or {}
+    if isinstance(robot, dict):
+        if v['cameras']:
+            robot['cameras'] = yaml.safe_load(
+                Path(v['cameras']).read_text(encoding='utf-8')) or {}
+        drv = overrides.get('so101_driver', {})
+        robot.setdefault('port', str(drv.get('port') or ''))
+        robot.setdefault('calibration', {'id': str(drv.get('calibration_id') or ''),
+                                         'path': str(drv.get('calibration_path') or '')})
+        robot.setdefault('cameras', {})
+    # Relative paths in the settings stay relative to the file they came from.
     source = v['robot_yaml'] or v['cameras']
-    folder = Path(source).resolve().parent if source else None
-    fd, name = tempfile.mkstemp(prefix='.lerobot_lang_robot_', suffix='.yaml', dir=folder)
-    with open(fd, 'w', encoding='utf-8') as f:
-        yaml.safe_dump(robot, f, sort_keys=False)
-    try:
-        merged = real_config.params_file_from_robot_yaml(Path(name), params_file, overrides)
-    finally:
-        Path(name).unlink(missing_ok=True)
-    return (yaml.safe_load(merged.read_text(encoding='utf-8')) or {},
-            tuple(robot['cameras']))
+    folder = Path(source).resolve().parent if source else Path.cwd()
+    label = v['robot_yaml'] or 'the launch arguments (no robot_yaml:=)'
+    checked = real_config.check_robot(robot, real_config.Source(label, folder))
+    merged = real_config.robot_parameters(checked, params_file, overrides, label)
+    return merged, tuple(checked['cameras'])
 
 
 class NoAliasDumper(yaml.SafeDumper):

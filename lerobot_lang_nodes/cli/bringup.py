@@ -176,6 +176,15 @@ def model_overrides(args: argparse.Namespace,
     return out
 
 
+def with_overrides(params_file: Path, overrides: dict[str, dict[str, object]]) -> dict:
+    """The parameters of ``params_file`` with ``overrides`` set."""
+    import yaml
+    params = yaml.safe_load(params_file.read_text(encoding='utf-8')) or {}
+    for node, values in overrides.items():
+        params.setdefault(node, {}).setdefault('ros__parameters', {}).update(values)
+    return params
+
+
 def apply_overrides(params_file: Path, overrides: dict[str, dict[str, object]]) -> Path:
     """A temporary copy of ``params_file`` with ``overrides`` set (the file itself if none)."""
     if not overrides:
@@ -183,9 +192,7 @@ def apply_overrides(params_file: Path, overrides: dict[str, dict[str, object]]) 
     import tempfile
 
     import yaml
-    params = yaml.safe_load(params_file.read_text(encoding='utf-8')) or {}
-    for node, values in overrides.items():
-        params.setdefault(node, {}).setdefault('ros__parameters', {}).update(values)
+    params = with_overrides(params_file, overrides)
     fd, name = tempfile.mkstemp(prefix='lerobot_lang_params_', suffix='.yaml')
     with open(fd, 'w', encoding='utf-8') as f:
         f.write(f'# {params_file} with the command line model options\n')
@@ -201,11 +208,16 @@ def session_dir(args: argparse.Namespace) -> Path:
     return folder
 
 
-def session_params(params_file: Path, folder: Path, args: argparse.Namespace,
-                   specs: list[graph.NodeSpec]) -> Path:
-    """folder/params.yaml: ``params_file`` plus the session sinks, keys valid in any namespace."""
+def session_params(params_file: Path | dict, folder: Path, args: argparse.Namespace,
+                   specs: list[graph.NodeSpec], source: str = '') -> Path:
+    """folder/params.yaml: ``params_file`` (or parameters from ``source``) plus the session
+    sinks, keys valid in any namespace: the only parameters file a run writes."""
     import yaml
-    params = yaml.safe_load(params_file.read_text(encoding='utf-8')) or {}
+    if isinstance(params_file, dict):
+        params = params_file
+    else:
+        params = yaml.safe_load(params_file.read_text(encoding='utf-8')) or {}
+        source = source or str(params_file)
     names = {n for s in specs for n in (s.hosts or (s.name,))}
     if 'viewer' in names:
         viewer = params.setdefault('viewer', {}).setdefault('ros__parameters', {})
@@ -226,7 +238,7 @@ def session_params(params_file: Path, folder: Path, args: argparse.Namespace,
             recorder.setdefault('cameras', cameras)
     out = folder / 'params.yaml'
     with out.open('w', encoding='utf-8') as f:
-        f.write(f'# {params_file} with the session settings; keys match in any namespace\n')
+        f.write(f'# {source} with the session settings; keys match in any namespace\n')
         yaml.dump(graph.namespaced(params), f, Dumper=graph.NoAliasDumper, sort_keys=False)
     return out
 
@@ -241,17 +253,22 @@ def run(command: str, args: argparse.Namespace) -> int:
         print(f'error: parameters file {params_file} does not exist', file=sys.stderr)
         return 2
     cameras: tuple[str, ...] = ()
+    # Built in memory and written once, into the session folder (no temporary files).
     if command == 'real':
         from lerobot_lang_nodes.cli import real_config  # the hardware path adds this module
         try:
-            params_file = real_config.params_file_from_robot_yaml(
-                args.robot_yaml, params_file, overrides=model_overrides(args, command))
+            robot = real_config.load_robot_yaml(args.robot_yaml)
+            params = real_config.robot_parameters(robot, params_file,
+                                                  model_overrides(args, command),
+                                                  str(args.robot_yaml))
         except real_config.RobotConfigError as exc:
             print(f'error: {exc}', file=sys.stderr)
             return 2
-        cameras = tuple(real_config.camera_names(args.robot_yaml))
+        cameras = tuple(robot['cameras'])
+        source = f'{args.robot_yaml} + {params_file}'
     else:
-        params_file = apply_overrides(params_file, model_overrides(args, command))
+        params = with_overrides(params_file, model_overrides(args, command))
+        source = str(params_file)
     if args.task is None:
         args.task = {'sim': DEFAULT_SIM_TASK, 'robocasa': SCENE_TASK}.get(
             graph_name(command, args), '')
@@ -264,7 +281,7 @@ def run(command: str, args: argparse.Namespace) -> int:
                 print(f'error: {exc}', file=sys.stderr)
                 return 2
     folder = session_dir(args)
-    params_file = session_params(params_file, folder, args, specs)
+    params_file = session_params(params, folder, args, specs, source)
     print(f"[lerobot-lang] ROS_DOMAIN_ID={env['ROS_DOMAIN_ID']} "
           f"ROS_AUTOMATIC_DISCOVERY_RANGE={env['ROS_AUTOMATIC_DISCOVERY_RANGE']} "
           f'params={params_file}', flush=True)

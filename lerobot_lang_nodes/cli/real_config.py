@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import re
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -40,109 +41,130 @@ class RobotConfigError(ValueError):
     """The robot YAML is invalid; the message names the field and the fix."""
 
 
-def _err(path: Path, fld: str, problem: str, fix: str) -> RobotConfigError:
-    return RobotConfigError(f'{path}: field {fld!r} {problem}; {fix}')
+@dataclass(frozen=True)
+class Source:
+    """Where robot settings come from: named in every message (the user's robot.yaml, never a
+    copy); relative paths in them resolve in ``folder``."""
+
+    label: str
+    folder: Path
+
+    def __str__(self) -> str:
+        return self.label
 
 
-def _camera_info_url(path: Path, name: str, url: Any) -> str:
+def _err(src: Source, fld: str, problem: str, fix: str) -> RobotConfigError:
+    return RobotConfigError(f'{src}: field {fld!r} {problem}; {fix}')
+
+
+def _camera_info_url(src: Source, name: str, url: Any) -> str:
     """Validate a camera's calibration file now (not when its node starts); a relative plain
     path is taken relative to the robot YAML, as a user writing it next to that file means."""
     fld = f'cameras.{name}.camera_info_url'
     if not isinstance(url, str) or not url:
-        raise _err(path, fld, f'is {url!r}', 'give a camera_calibration YAML (file:///path.yaml, '
+        raise _err(src, fld, f'is {url!r}', 'give a camera_calibration YAML (file:///path.yaml, '
                    'package://<pkg>/<path> or a path)')
     if '://' not in url and not Path(url).expanduser().is_absolute():
-        url = str((path.parent / url).resolve())
+        url = str((src.folder / url).resolve())
     try:
         camera_info.load(url)
     except camera_info.CameraCalibrationError as exc:
-        raise _err(path, fld, f'is unusable ({exc})', 'fix the file or the path') from None
+        raise _err(src, fld, f'is unusable ({exc})', 'fix the file or the path') from None
     return url
 
 
 def load_robot_yaml(robot_yaml: Path) -> dict[str, Any]:
     """Parse and validate a robot YAML; returns the normalised mapping."""
     path = Path(robot_yaml)
+    return check_robot(read_robot_yaml(path), Source(str(path), path.parent))
+
+
+def read_robot_yaml(path: Path) -> Any:
+    """The parsed content of a robot YAML (not yet checked: check_robot)."""
     try:
-        data = yaml.safe_load(path.read_text(encoding='utf-8'))
+        return yaml.safe_load(Path(path).read_text(encoding='utf-8'))
     except FileNotFoundError:
         raise RobotConfigError(f'robot YAML {path} does not exist; copy '
                                'config/robot.example.yaml and edit it') from None
     except yaml.YAMLError as exc:
         raise RobotConfigError(f'{path}: not valid YAML ({exc})') from exc
+
+
+def check_robot(data: Any, src: Source) -> dict[str, Any]:
+    """Validate robot settings read from ``src``; returns the normalised mapping."""
     if not isinstance(data, dict):
-        raise RobotConfigError(f'{path}: expected a mapping with keys {list(TOP_KEYS)}')
+        raise RobotConfigError(f'{src}: expected a mapping with keys {list(TOP_KEYS)}')
     unknown = sorted(set(data) - set(TOP_KEYS))
     if unknown:
-        raise _err(path, unknown[0], 'is not a robot YAML field', f'use only {list(TOP_KEYS)}')
+        raise _err(src, unknown[0], 'is not a robot YAML field', f'use only {list(TOP_KEYS)}')
     port = data.get('port')
     if not isinstance(port, str) or not port:
-        raise _err(path, 'port', f'is {port!r}', 'set the serial device, e.g. '
+        raise _err(src, 'port', f'is {port!r}', 'set the serial device, e.g. '
                    '/dev/serial/by-id/usb-1a86_USB_Single_Serial_...-if00 (or the emulator '
                    '--link path for a dry run)')
     cal = data.get('calibration') or {}
     if isinstance(cal, str):
         cal = {'id': cal}
     if not isinstance(cal, dict) or not (cal.get('id') or cal.get('path')):
-        raise _err(path, 'calibration', f'is {data.get("calibration")!r}',
+        raise _err(src, 'calibration', f'is {data.get("calibration")!r}',
                    'give {id: <robot id used with lerobot-calibrate>} or {path: file.json}')
     bad = sorted(set(cal) - {'id', 'path'})
     if bad:
-        raise _err(path, f'calibration.{bad[0]}', 'is unknown', 'use calibration.id or .path')
+        raise _err(src, f'calibration.{bad[0]}', 'is unknown', 'use calibration.id or .path')
     cameras = data.get('cameras') or {}
     if not isinstance(cameras, dict):
-        raise _err(path, 'cameras', 'is not a mapping', 'write cameras: {front: {source: 0}}')
+        raise _err(src, 'cameras', 'is not a mapping', 'write cameras: {front: {source: 0}}')
     for name, cam in cameras.items():
         if not isinstance(name, str) or not _NAME.match(name):
-            raise _err(path, f'cameras.{name}', 'is not a valid camera name',
+            raise _err(src, f'cameras.{name}', 'is not a valid camera name',
                        'use lower-case letters, digits and _ (it becomes cameras/<name>/...)')
         cam = cam if isinstance(cam, dict) else {'source': cam}
         cameras[name] = cam
         extra = sorted(set(cam) - set(CAMERA_KEYS))
         if extra:
-            raise _err(path, f'cameras.{name}.{extra[0]}', 'is unknown',
+            raise _err(src, f'cameras.{name}.{extra[0]}', 'is unknown',
                        f'use only {list(CAMERA_KEYS)}')
         if 'source' not in cam:
-            raise _err(path, f'cameras.{name}.source', 'is missing',
+            raise _err(src, f'cameras.{name}.source', 'is missing',
                        'give a device index (0), a path (/dev/video0) or a video file')
         cam['source'] = str(cam['source'])
         for key in ('width', 'height'):
             if key in cam and (not isinstance(cam[key], int) or cam[key] < 0):
-                raise _err(path, f'cameras.{name}.{key}', f'is {cam[key]!r}',
+                raise _err(src, f'cameras.{name}.{key}', f'is {cam[key]!r}',
                            'give a whole number of pixels (0 = camera default)')
         if 'fps' in cam:
             if not isinstance(cam['fps'], (int, float)) or not cam['fps'] > 0:
-                raise _err(path, f'cameras.{name}.fps', f'is {cam["fps"]!r}',
+                raise _err(src, f'cameras.{name}.fps', f'is {cam["fps"]!r}',
                            'give a positive frame rate')
             cam['fps'] = float(cam['fps'])
         if 'fourcc' in cam and (not isinstance(cam['fourcc'], str) or len(cam['fourcc']) != 4):
-            raise _err(path, f'cameras.{name}.fourcc', f'is {cam["fourcc"]!r}',
+            raise _err(src, f'cameras.{name}.fourcc', f'is {cam["fourcc"]!r}',
                        "give four characters such as 'MJPG' or 'YUYV'")
         if 'camera_info_url' in cam:
-            cam['camera_info_url'] = _camera_info_url(path, name, cam['camera_info_url'])
+            cam['camera_info_url'] = _camera_info_url(src, name, cam['camera_info_url'])
     safety = data.get('safety') or {}
     if not isinstance(safety, dict):
-        raise _err(path, 'safety', 'is not a mapping', f'use keys {list(SAFETY_KEYS)}')
+        raise _err(src, 'safety', 'is not a mapping', f'use keys {list(SAFETY_KEYS)}')
     extra = sorted(set(safety) - set(SAFETY_KEYS))
     if extra:
-        raise _err(path, f'safety.{extra[0]}', 'is unknown', f'use only {list(SAFETY_KEYS)}')
+        raise _err(src, f'safety.{extra[0]}', 'is unknown', f'use only {list(SAFETY_KEYS)}')
     mrt = safety.get('max_relative_target_rad')
     if isinstance(mrt, dict):
         for joint, value in mrt.items():
             if joint not in JOINT_NAMES:
-                raise _err(path, f'safety.max_relative_target_rad.{joint}', 'is not a joint',
+                raise _err(src, f'safety.max_relative_target_rad.{joint}', 'is not a joint',
                            f'use joints of {list(JOINT_NAMES)}')
-            _positive(path, f'safety.max_relative_target_rad.{joint}', value)
+            _positive(src, f'safety.max_relative_target_rad.{joint}', value)
     elif mrt is not None:
-        _positive(path, 'safety.max_relative_target_rad', mrt)
+        _positive(src, 'safety.max_relative_target_rad', mrt)
     if 'command_timeout_s' in safety:
-        _positive(path, 'safety.command_timeout_s', safety['command_timeout_s'])
+        _positive(src, 'safety.command_timeout_s', safety['command_timeout_s'])
     return {'port': port, 'calibration': cal, 'cameras': cameras, 'safety': safety,
-            'policy': _policy(path, data.get('policy')),
-            'planner': _planner(path, data.get('planner'))}
+            'policy': _policy(src, data.get('policy')),
+            'planner': _planner(src, data.get('planner'))}
 
 
-def _planner(path: Path, planner: Any) -> dict[str, Any]:
+def _planner(src: Source, planner: Any) -> dict[str, Any]:
     """The `planner:` block: a model path (string) or a mapping of PLANNER_KEYS. None: the
     operator's task conditions the policy directly (direct-subtask mode)."""
     if planner is None:
@@ -150,53 +172,53 @@ def _planner(path: Path, planner: Any) -> dict[str, Any]:
     if isinstance(planner, str):
         planner = {'path': planner}
     if not isinstance(planner, dict):
-        raise _err(path, 'planner', f'is {planner!r}', 'write planner: {path: <Hugging Face '
+        raise _err(src, 'planner', f'is {planner!r}', 'write planner: {path: <Hugging Face '
                    'model directory or .gguf file>}')
     extra = sorted(set(planner) - set(PLANNER_KEYS))
     if extra:
-        raise _err(path, f'planner.{extra[0]}', 'is unknown', f'use only {list(PLANNER_KEYS)}')
+        raise _err(src, f'planner.{extra[0]}', 'is unknown', f'use only {list(PLANNER_KEYS)}')
     out = dict(planner)
     for key in ('path', 'prompts_file'):
         if key not in out:
             continue
         if not isinstance(out[key], str) or not out[key]:
-            raise _err(path, f'planner.{key}', f'is {out[key]!r}', 'give a file or directory')
+            raise _err(src, f'planner.{key}', f'is {out[key]!r}', 'give a file or directory')
         target = Path(out[key]).expanduser()
         if not target.is_absolute():  # relative to the robot YAML, like policy.path
-            target = (path.parent / target).resolve()
+            target = (src.folder / target).resolve()
         out[key] = str(target)
     if 'path' in out and out['path'].endswith('.gguf') and 'gguf_file' not in out:
         out['path'], out['gguf_file'] = str(Path(out['path']).parent), Path(out['path']).name
     return out
 
 
-def _policy(path: Path, policy: Any) -> dict[str, Any]:
+def _policy(src: Source, policy: Any) -> dict[str, Any]:
     """The `policy:` block: a checkpoint path (string) or a mapping of POLICY_KEYS."""
     if policy is None:
         return {}
     if isinstance(policy, str):
         policy = {'path': policy}
     if not isinstance(policy, dict):
-        raise _err(path, 'policy', f'is {policy!r}', 'write policy: {path: <LeRobot '
+        raise _err(src, 'policy', f'is {policy!r}', 'write policy: {path: <LeRobot '
                    'pretrained_model directory>}')
     extra = sorted(set(policy) - set(POLICY_KEYS))
     if extra:
-        raise _err(path, f'policy.{extra[0]}', 'is unknown', f'use only {list(POLICY_KEYS)}')
+        raise _err(src, f'policy.{extra[0]}', 'is unknown', f'use only {list(POLICY_KEYS)}')
     out = dict(policy)
     if 'path' in out:
         if not isinstance(out['path'], str) or not out['path']:
-            raise _err(path, 'policy.path', f'is {out["path"]!r}',
+            raise _err(src, 'policy.path', f'is {out["path"]!r}',
                        'give the LeRobot checkpoint (pretrained_model) directory')
         model = Path(out['path']).expanduser()
         if not model.is_absolute():  # relative to the robot YAML, like camera_info_url
-            model = (path.parent / model).resolve()
+            model = (src.folder / model).resolve()
         out['path'] = str(model)
     if 'camera_map' in out:
         cmap = out['camera_map']
         if isinstance(cmap, dict):  # {front: observation.images.top} reads best in YAML
             cmap = [f'{k}:{v}' for k, v in cmap.items()]
         if not isinstance(cmap, list) or not all(isinstance(e, str) for e in cmap):
-            raise _err(path, 'policy.camera_map', f'is {out["camera_map"]!r}',
+            raise _err(src, 'policy.camera_map', f'is {out["camera_map"]!r}',
                        'map cameras to checkpoint image keys, e.g. {front: '
                        'observation.images.top}')
         out['camera_map'] = cmap
@@ -220,7 +242,8 @@ def check_policy(params: dict[str, Any], source: str) -> None:
     policy = params.get('policy', {}).get('ros__parameters', {})
     backend = policy.get('backend', 'scripted')
     fix = ('add `policy: {path: <LeRobot pretrained_model directory>}` to the robot YAML (or '
-           'set policy.model_path in the parameters file)')
+           'give --policy-path / policy_path:=, or set policy.model_path in the parameters '
+           'file)')
     if backend == 'scripted':
         raise RobotConfigError(f'{source}: the policy backend is scripted, a simulator expert '
                                'that needs sim/ground_truth and cannot drive a real arm; use '
@@ -236,10 +259,10 @@ def check_policy(params: dict[str, Any], source: str) -> None:
                                    'pretrained_model directory that lerobot-train saved')
 
 
-def _positive(path: Path, fld: str, value: Any) -> None:
+def _positive(src: Source, fld: str, value: Any) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
             value > 0 and math.isfinite(value)):
-        raise _err(path, fld, f'is {value!r}', 'give a positive number (radians / seconds)')
+        raise _err(src, fld, f'is {value!r}', 'give a positive number (radians / seconds)')
 
 
 def camera_names(robot_yaml: Path) -> tuple[str, ...]:
@@ -290,19 +313,29 @@ def merged_parameters(robot: dict[str, Any], defaults: dict[str, Any]) -> dict[s
     return out
 
 
+def robot_parameters(robot: dict[str, Any], default_params_file: Path,
+                     overrides: dict[str, dict[str, Any]] | None = None,
+                     source: str = 'the robot YAML') -> dict[str, Any]:
+    """The REAL graph's checked parameters from validated robot settings (load_robot_yaml,
+    check_robot); ``overrides`` (node -> parameters, from the command line) win. A refusal
+    names ``source`` and the defaults file."""
+    defaults = yaml.safe_load(Path(default_params_file).read_text(encoding='utf-8')) or {}
+    merged = merged_parameters(robot, defaults)
+    for node, values in (overrides or {}).items():
+        merged.setdefault(node, {}).setdefault('ros__parameters', {}).update(values)
+    check_policy(merged, f'{source} + {default_params_file}')
+    check_planner(merged, f'{source} + {default_params_file}')
+    return merged
+
+
 def params_file_from_robot_yaml(robot_yaml: Path, default_params_file: Path,
                                 overrides: dict[str, dict[str, Any]] | None = None) -> Path:
     """Write the merged ros__parameters file (a temp file) and return its path.
 
     ``overrides`` (node -> parameters, from the command line) win over the robot YAML.
     """
-    robot = load_robot_yaml(robot_yaml)
-    defaults = yaml.safe_load(Path(default_params_file).read_text(encoding='utf-8')) or {}
-    merged = merged_parameters(robot, defaults)
-    for node, values in (overrides or {}).items():
-        merged.setdefault(node, {}).setdefault('ros__parameters', {}).update(values)
-    check_policy(merged, f'{robot_yaml} + {default_params_file}')
-    check_planner(merged, f'{robot_yaml} + {default_params_file}')
+    merged = robot_parameters(load_robot_yaml(robot_yaml), default_params_file, overrides,
+                              str(robot_yaml))
     fd, name = tempfile.mkstemp(prefix='lerobot_lang_real_', suffix='.yaml')
     with open(fd, 'w', encoding='utf-8') as f:
         f.write(f'# generated from {robot_yaml} and {default_params_file}\n')

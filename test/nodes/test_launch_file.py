@@ -2,14 +2,18 @@
 
 `launch` and `launch_ros` are not on PyPI (a ROS workspace has them), so the files are run
 against stand-ins with the constructor signatures of the real classes: an unknown keyword or a
-missing executable fails here as it would under `ros2 launch`.
+missing executable fails here as it would under `ros2 launch`. Where a node's exit matters,
+the node itself is started as launch_ros starts it and its exit handed to the launch file's
+handler.
 """
 
 from __future__ import annotations
 
 import ast
 import json
+import logging
 import runpy
+import tempfile
 import sys
 import types
 from pathlib import Path
@@ -18,6 +22,7 @@ import pytest
 import yaml
 
 from lerobot_lang_nodes import graph
+from lerobot_lang_nodes.testing import NodeProcess
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -35,10 +40,12 @@ class DeclareLaunchArgument:
 
 
 class LaunchContext:
-    """What `ros2 launch` hands an OpaqueFunction: the launch configurations by name."""
+    """What `ros2 launch` hands an OpaqueFunction or an event handler: the launch
+    configurations by name, and whether the launch is shutting down (Ctrl-C)."""
 
-    def __init__(self, values: dict[str, str]) -> None:
+    def __init__(self, values: dict[str, str], is_shutdown: bool = False) -> None:
         self.launch_configurations = dict(values)
+        self.is_shutdown = is_shutdown
 
 
 class LaunchConfiguration:
@@ -63,19 +70,33 @@ class Node:
     def __init__(self, *, executable, package=None, name=None, namespace=None, exec_name=None,
                  parameters=None, remappings=None, ros_arguments=None, arguments=None,
                  output='log', emulate_tty=False, respawn=False, respawn_delay=None,
-                 additional_env=None, condition=None) -> None:
+                 additional_env=None, condition=None, on_exit=None) -> None:
         self.kwargs = dict(executable=executable, package=package, name=name,
                            namespace=namespace, parameters=parameters or [],
                            remappings=remappings or [], arguments=arguments or [],
-                           additional_env=additional_env or {})
+                           additional_env=additional_env or {}, on_exit=on_exit)
+
+
+class ProcessExited:
+    """launch.events.process.ProcessExited: what an `on_exit` callable is given."""
+
+    def __init__(self, *, action, name, cmd, cwd, env, pid, returncode) -> None:
+        self.action, self.process_name, self.cmd = action, name, cmd
+        self.cwd, self.env, self.pid, self.returncode = cwd, env, pid, returncode
 
 
 @pytest.fixture
-def launch_stand_ins(monkeypatch):
+def launch_stand_ins(monkeypatch, tmp_path):
+    """The stand-in modules; returns launch.logging.launch_config (its log_dir: the launch's
+    own log folder, one per `ros2 launch`)."""
+    log_dir = tmp_path / 'ros_log' / 'launch-1'
+    log_dir.mkdir(parents=True)
+    launch_config = types.SimpleNamespace(log_dir=str(log_dir))
     mods = {
         'launch': {'LaunchDescription': LaunchDescription},
         'launch.actions': {'DeclareLaunchArgument': DeclareLaunchArgument,
                            'OpaqueFunction': OpaqueFunction},
+        'launch.logging': {'launch_config': launch_config, 'get_logger': logging.getLogger},
         'launch.substitutions': {'LaunchConfiguration': LaunchConfiguration},
         'launch_ros': {},
         'launch_ros.actions': {'Node': Node},
@@ -84,6 +105,7 @@ def launch_stand_ins(monkeypatch):
         module = types.ModuleType(name)
         module.__dict__.update(attrs)
         monkeypatch.setitem(sys.modules, name, module)
+    return launch_config
 
 
 def console_scripts() -> set[str]:
@@ -226,6 +248,109 @@ def test_dry_run_argument_reaches_the_executor_only(launch_stand_ins, tmp_path, 
 def test_real_launch_refuses_a_graph_without_a_policy_checkpoint(launch_stand_ins):
     with pytest.raises(ValueError, match='policy checkpoint'):
         launch('real', robot_port='/dev/ttyUSB3', calibration='my_follower')
+
+
+def test_a_real_launch_error_names_the_users_robot_yaml(launch_stand_ins, tmp_path):
+    """The refusal names the file the user wrote, not a temporary copy of it."""
+    robot = tmp_path / 'robot.yaml'
+    robot.write_text(yaml.safe_dump({'port': '/dev/ttyUSB3', 'calibration': 'my_follower'}))
+    with pytest.raises(ValueError) as refused:
+        launch('real', robot_yaml=str(robot))
+    assert str(refused.value).startswith(f'{robot} + '), refused.value
+    assert 'no policy checkpoint is set' in str(refused.value)
+    robot.write_text(yaml.safe_dump({'port': '/dev/ttyUSB3', 'calibration': 'my_follower',
+                                     'safety': {'command_timeout_s': -1}}))
+    with pytest.raises(ValueError) as refused:
+        launch('real', robot_yaml=str(robot))
+    assert str(refused.value).startswith(f"{robot}: field 'safety.command_timeout_s'")
+    # Without robot_yaml:=, the launch arguments are what the user wrote.
+    with pytest.raises(ValueError, match=r'^the launch arguments .*no policy checkpoint'):
+        launch('real', robot_port='/dev/ttyUSB3', calibration='my_follower')
+
+
+def _checkpoint(folder: Path) -> Path:
+    ckpt = folder / 'ckpt'
+    ckpt.mkdir()
+    (ckpt / 'config.json').write_text(json.dumps({'type': 'act'}))
+    return ckpt
+
+
+@pytest.mark.parametrize('graph_name', ['sim', 'real'])
+def test_a_launch_leaves_no_generated_file_in_the_temp_folder(launch_stand_ins, tmp_path,
+                                                              monkeypatch, graph_name):
+    """The generated params file goes into the launch's log folder (as `ros2 launch` keeps
+    its logs), so launches do not pile files up in the temp folder."""
+    tmp = tmp_path / 'tmp'
+    tmp.mkdir()
+    monkeypatch.setattr(tempfile, 'tempdir', str(tmp))
+    robot_dir = tmp_path / 'robot'
+    robot_dir.mkdir()
+    values = {}
+    if graph_name == 'real':
+        robot = robot_dir / 'robot.yaml'
+        robot.write_text(yaml.safe_dump({
+            'port': '/dev/ttyUSB3', 'calibration': 'my_follower',
+            'policy': {'path': str(_checkpoint(tmp_path))},
+            'cameras': {'front': {'source': 'synthetic:square'}}}))
+        values['robot_yaml'] = str(robot)
+    _args, nodes, params = launch(graph_name, **values)
+    assert sorted(tmp.iterdir()) == []
+    assert sorted(p.name for p in robot_dir.iterdir()) == (
+        ['robot.yaml'] if graph_name == 'real' else [])
+    files = {p for n in nodes for p in n['parameters']}
+    assert [Path(f).parent for f in files] == [Path(launch_stand_ins.log_dir)]
+    if graph_name == 'real':
+        assert node_params(params, 'front_camera')['source'] == 'synthetic:square'
+
+
+def _start_as_launch_ros(node: dict, log: Path) -> NodeProcess:
+    """The process launch_ros starts for a Node: <prefix>/lib/<package>/<executable>, then
+    --ros-args with the node name and the params file."""
+    exe = Path(sys.prefix) / 'lib' / node['package'] / node['executable']
+    argv = [str(exe), *node['arguments'], '--ros-args', '-r', f"__node:={node['name']}"]
+    for params_file in node['parameters']:
+        argv += ['--params-file', params_file]
+    return NodeProcess(node['name'], argv, log)
+
+
+@pytest.mark.parametrize('graph_name', ['real', 'sim'])
+def test_a_required_node_that_exits_ends_the_launch_with_an_error(launch_stand_ins, tmp_path,
+                                                                  graph_name):
+    """A driver without its calibration (a sim bridge with a bad parameter) exits 2: its exit
+    handler ends the launch with an error, which `ros2 launch` turns into exit code 1 (a
+    launch file cannot give one any other way). Ctrl-C's exits end nothing twice."""
+    if graph_name == 'real':
+        values = dict(robot_port=str(tmp_path / 'ttyUSB0'),
+                      calibration=str(tmp_path / 'missing.json'),
+                      policy_path=str(_checkpoint(tmp_path)), viewer='true', record='true')
+        why = 'calibration'
+    else:
+        own = yaml.safe_load(graph.default_params_file('sim').read_text())
+        own['sim_bridge']['ros__parameters']['no_such_parameter'] = 1.0
+        (tmp_path / 'my_sim.yaml').write_text(yaml.safe_dump(own))
+        values = dict(params_file=str(tmp_path / 'my_sim.yaml'), record='true')
+        why = 'no_such_parameter'
+    _args, nodes, _params = launch(graph_name, **values)
+    specs = {s.name: s for s in (graph.real_specs(()) if graph_name == 'real'
+                                 else graph.SIM)} | {graph.RECORDER.name: graph.RECORDER}
+    for node in nodes:  # the viewer and the recorder may go; every other node is required
+        assert callable(node['on_exit']) == specs[node['name']].required, node['name']
+    executor = nodes[0]
+    assert executor['name'] == graph.EXECUTORS[graph_name]
+    proc = _start_as_launch_ros(executor, tmp_path / f"{executor['name']}.log")
+    try:
+        code = proc.proc.wait(timeout=120)
+    finally:
+        proc.stop()
+    assert code == 2 and why in proc.log_text(), proc.log_text()
+    exited = ProcessExited(action=executor, name=f"{executor['name']}-1", cmd=proc.argv,
+                           cwd=None, env=None, pid=proc.pid, returncode=code)
+    with pytest.raises(Exception, match=rf"required node {executor['name']} exited with code "
+                                        r'2; stopping the launch') as stopped:
+        executor['on_exit'](exited, LaunchContext({}))
+    assert isinstance(stopped.value, RuntimeError)
+    # Ctrl-C: `ros2 launch` is shutting down and stops every node itself.
+    assert executor['on_exit'](exited, LaunchContext({}, is_shutdown=True)) is None
 
 
 def test_a_params_file_with_namespaced_keys_is_honoured(launch_stand_ins, tmp_path):
