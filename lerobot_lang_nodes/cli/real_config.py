@@ -265,11 +265,6 @@ def _positive(src: Source, fld: str, value: Any) -> None:
         raise _err(src, fld, f'is {value!r}', 'give a positive number (radians / seconds)')
 
 
-def camera_names(robot_yaml: Path) -> tuple[str, ...]:
-    """Camera names of a robot YAML, in file order."""
-    return tuple(load_robot_yaml(robot_yaml)['cameras'])
-
-
 def merged_parameters(robot: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:
     """The REAL graph's parameters: defaults overlaid with one robot's settings."""
     out = {k: {'ros__parameters': dict((v or {}).get('ros__parameters', {}))}
