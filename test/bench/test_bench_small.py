@@ -42,6 +42,23 @@ def test_latency_sweep_pairs_the_seeds_rules_with_the_current_ones():
     assert row == '| 50 ms | 45.0 | 0.0 | 0.0 | 10.0 | 5.0 | 0.5 | None / None | 0.083 |'
 
 
+def test_the_reaction_table_names_inference_plus_a_tick_wait_not_a_floor():
+    """The 2026-12-06 loaded run: 80.0 ms in all against inference 58.2 ms + one period. A
+    reaction can come in under inference + period (the chunk lands just before a tick), so
+    that sum is not a floor; the floor is the inference."""
+    tt = load('task_time')
+    hops = {'planner': 4.0, 'waiting': 0.6, 'inference': 58.2, 'to_dispatch': 13.0,
+            'total': 80.0, 'busy': False}
+    lines = tt.hop_table([{'load': 'none', 'period_s': 1 / 30, 'hops_ms': [hops]}])
+    header, row = lines[3], lines[5]
+    columns = [c.strip() for c in header.strip('|').split('|')]
+    values = dict(zip(columns, (c.strip() for c in row.strip('|').split('|'))))
+    assert values['inference + longest tick wait (ms)'] == '91.5'
+    assert values['inference (ms)'] == '58.2' and values['total (ms)'] == '80.0'
+    assert not any('floor' in c for c in columns)
+    assert 'The floor is the inference itself' in lines[1]
+
+
 @pytest.mark.slow
 def test_task_time_times_a_task_and_an_interjection_through_the_graph(tmp_path):
     out = subprocess.run([sys.executable, str(BENCH / 'task_time.py'), '--episodes', '1',
