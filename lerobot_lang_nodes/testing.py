@@ -274,6 +274,33 @@ class Collector:
                 self._cond.wait(remaining)
 
 
+def topic_pub_once(msg_type: Any, topic: str, msg: Any, qos: Any, keep_alive_s: float = 0.1,
+                   timeout_s: float = 30.0) -> None:
+    """Publish as `ros2 topic pub --once` does (ros2cli 0.36): a new participant, a publisher
+    that polls every 0.1 s for one matching subscription, one publish, kept alive for
+    ``keep_alive_s`` (`--keep-alive`, default 0.1 s), exit.
+
+    The polling and keep-alive intervals are ros2cli's behaviour under test, not waits: a
+    subscriber that matches later than the first one misses a volatile sample.
+    """
+    import rclpy
+    context = rclpy.Context()
+    rclpy.init(context=context)
+    try:
+        node = rclpy.create_node('ros2cli_pub_once', context=context)
+        pub = node.create_publisher(msg_type, topic, qos)
+        deadline = time.monotonic() + timeout_s
+        while pub.get_subscription_count() < 1:
+            if time.monotonic() > deadline:
+                raise WaitTimeout(f'no subscriber matched {topic} within {timeout_s} s')
+            time.sleep(0.1)
+        pub.publish(msg)
+        time.sleep(keep_alive_s)
+        node.destroy_node()
+    finally:
+        rclpy.try_shutdown(context=context)
+
+
 class RosProbe:
     """An in-test rclpy node in its own context, spun by a background thread."""
 

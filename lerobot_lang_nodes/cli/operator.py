@@ -139,8 +139,9 @@ def _cmd_task(node, args) -> int:
 
 def _cmd_say(node, args) -> int:
     from lerobot_lang_nodes.nodes import qos
+    # Latched, like /task: every subscription of the planner's (see nodes/commands.py) matches.
     return _publish_string(node, _topic(args.namespace, 'interjection'), ' '.join(args.text),
-                           qos.COMMAND, args.timeout)
+                           qos.LATCHED, args.timeout)
 
 
 def _cmd_run(node, args) -> int:

@@ -21,6 +21,7 @@ from std_srvs.srv import Trigger
 
 from lerobot_lang_msgs.msg import ActionChunk, LanguageContext, RuntimeStatus
 from lerobot_lang_nodes.nodes import convert, qos
+from lerobot_lang_nodes.nodes.commands import CommandSubscription
 from lerobot_lang_nodes.nodes.execution import submit_chunk_msg
 
 
@@ -42,11 +43,9 @@ class SimulatorBridge:
         self.create_subscription(ActionChunk, 'action_chunk', self._on_chunk, qos.COMMAND)
         self.create_subscription(LanguageContext, 'language_context', self._on_context,
                                  qos.LATCHED)
-        # Without a planner (flat policies) the operator's task is the goal to judge.
-        # Latched (a task sent before the bridge started) and volatile (`ros2 topic pub` with
-        # default QoS) publishers both match; a latched sample arriving twice is idempotent.
-        for task_qos in (qos.LATCHED, qos.COMMAND):
-            self.create_subscription(String, 'task', self._on_task, task_qos)
+        # Without a planner (flat policies) the operator's task is the goal to judge; latched
+        # and default-QoS publishers both reach it.
+        CommandSubscription(self, String, 'task', lambda msg, _sent_ns: self._on_task(msg))
         self.create_service(Trigger, 'pause', self._on_pause)
         self.create_service(Trigger, 'resume', self._on_resume)
         self.create_service(Trigger, 'sim/reset', self._on_reset)

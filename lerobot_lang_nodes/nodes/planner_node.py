@@ -11,7 +11,6 @@ RunTask / VQA answer, instead of exiting into a restart loop.
 
 from __future__ import annotations
 
-import collections
 import concurrent.futures
 import json
 import logging
@@ -40,6 +39,7 @@ from lerobot_lang_nodes.core.high_level import HighLevelConfig, HighLevelPlanner
 from lerobot_lang_nodes.core.language import LanguageSnapshot, LanguageState
 from lerobot_lang_nodes.core.scene_reset import Command, ResetOrdering
 from lerobot_lang_nodes.nodes import qos, runner
+from lerobot_lang_nodes.nodes.commands import CommandSubscription
 from lerobot_lang_nodes.nodes.diagnostics import DiagnosticsPublisher
 from lerobot_lang_nodes.nodes.observations import LatestObservations
 from lerobot_lang_nodes.nodes.params import declare_config, reject_unknown_parameters
@@ -242,17 +242,14 @@ class PlannerNode(Node):
         self._text_pubs = {k: self.create_publisher(String, k, qos.LATCHED)
                            for k in ('subtask', 'memory', 'plan')}
         self._speech_pub = self.create_publisher(String, 'speech', qos.COMMAND)
-        # Two subscriptions: a transient-local one gets a latched task sent before the planner
-        # started, a volatile one matches `ros2 topic pub` with default QoS. A latched sample
-        # reaches both and is taken once (publisher + sequence number).
-        self._seen_tasks: collections.deque = collections.deque(maxlen=64)
-        for task_qos in (qos.LATCHED, qos.COMMAND):
-            self.create_subscription(String, 'task', self._on_task_sample, task_qos)
+        # Latched and default-QoS publishers both reach the planner, each sample once.
+        self._task_sub = CommandSubscription(self, String, 'task', self._on_task)
         self._vqa_log_pub = self.create_publisher(String, 'vqa_log', qos.COMMAND)
         self._sim_seed: Any = None
         self._resets = ResetOrdering()  # touched by the worker only
         self.scene_resets = 0  # simulator resets handled (counted once handled)
-        self.create_subscription(String, 'interjection', self._on_interjection, qos.COMMAND)
+        self._interjection_sub = CommandSubscription(self, String, 'interjection',
+                                                     self._on_interjection)
         self.create_subscription(ActionChunk, 'action_chunk', self._on_chunk, qos.COMMAND)
         self.create_subscription(RuntimeStatus, 'runtime_status', self._on_status, qos.STATUS)
         self.create_subscription(TaskOutcome, 'task_outcome', self._on_outcome, qos.LATCHED)
@@ -285,7 +282,8 @@ class PlannerNode(Node):
             self._on_task(String(data=self.cfg.task))
         else:
             self.get_logger().info(
-                'no task yet: send one, e.g. `ros2 topic pub --once '
+                'no task yet: send one, e.g. `ros2 topic pub --once --keep-alive 2 '
+                '--qos-durability transient_local --qos-reliability reliable '
                 f"{self.resolve_topic_name('task')} std_msgs/msg/String \"{{data: 'put the red "
                 "cube in the bowl'}\"` or `lerobot-lang task put the red cube in the bowl`")
         self.get_logger().info(f'planner ready: backend={self.cfg.backend!r} (known: '
@@ -315,7 +313,8 @@ class PlannerNode(Node):
             return False
         snap, extra = loaded
         self.state.restore(snap)
-        self._seen_tasks.extend(str(k) for k in extra.get('seen_tasks', []))
+        self._task_sub.remember(extra.get('seen_tasks', []))
+        self._interjection_sub.remember(extra.get('seen_interjections', []))
         self.get_logger().info(f'resumed from {self.cfg.state_file}: rev {snap.revision}, '
                                f'task {snap.task!r}, subtask {snap.subtask!r}')
         return True
@@ -328,20 +327,6 @@ class PlannerNode(Node):
             self._refusal_log(logging.WARNING, f'{problem} ({self.refused_inputs} refused so '
                               'far)', key=what)
         return problem
-
-    def _on_task_sample(self, msg: String, info: dict) -> None:
-        gid = info.get('publisher_gid') or {}
-        gid_text = (bytes(gid.get('data', b'')).hex() if isinstance(gid, dict)
-                    else repr(gid))
-        # A string, so the keys survive in the state file: a restarted planner must not take
-        # the still-latched task sample as a new task.
-        key = (f"{gid_text}:{info.get('publication_sequence_number')}:"
-               f"{info.get('source_timestamp')}")
-        with self._lock:
-            if key in self._seen_tasks:
-                return
-            self._seen_tasks.append(key)
-        self._on_task(msg, _sent_ns(info))
 
     def _on_task(self, msg: String, sent_ns: int | None = None) -> None:
         """A /task text; ``sent_ns`` is when it was sent (wall clock; None: now)."""
@@ -367,7 +352,7 @@ class PlannerNode(Node):
             # sample's source time orders the reset before any command sent after the answer.
             self._submit(self._job_sim_reset, seed, sent_ns)
 
-    def _on_interjection(self, msg: String) -> None:
+    def _on_interjection(self, msg: String, _sent_ns: int | None = None) -> None:
         if not msg.data.strip():
             self.get_logger().warning('ignored an empty interjection')
             return
@@ -673,9 +658,9 @@ class PlannerNode(Node):
         self._published = snap
         if self.cfg.state_file:
             try:
-                with self._lock:
-                    seen = list(self._seen_tasks)
-                planner_state.save(self.cfg.state_file, snap, {'seen_tasks': seen})
+                planner_state.save(self.cfg.state_file, snap, {
+                    'seen_tasks': self._task_sub.seen(),
+                    'seen_interjections': self._interjection_sub.seen()})
             except OSError as exc:
                 self.get_logger().error(f'state file not written: {exc}',
                                         throttle_duration_sec=10.0)
@@ -858,12 +843,6 @@ class PlannerNode(Node):
         close = getattr(self.generator.impl, 'close', None)
         if callable(close):
             close()
-
-
-def _sent_ns(info: dict) -> int | None:
-    """A sample's DDS source timestamp (wall clock, ns), None where the RMW gives none."""
-    stamp = info.get('source_timestamp') if isinstance(info, dict) else None
-    return int(stamp) if stamp else None
 
 
 def main(args: list[str] | None = None) -> int:

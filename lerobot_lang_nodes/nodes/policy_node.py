@@ -34,6 +34,7 @@ from lerobot_lang_nodes.core.inference_gate import ExecutorView, InferenceGate
 from lerobot_lang_nodes.core.prompts import action_instruction
 from lerobot_lang_nodes.core.rtc import ChunkContinuity
 from lerobot_lang_nodes.nodes import convert, qos, runner
+from lerobot_lang_nodes.nodes.commands import CommandSubscription
 from lerobot_lang_nodes.nodes.diagnostics import DiagnosticsPublisher
 from lerobot_lang_nodes.nodes.observations import LatestObservations
 from lerobot_lang_nodes.nodes.params import declare_config, reject_unknown_parameters
@@ -209,7 +210,8 @@ class PolicyNode(Node):
             self.create_subscription(LanguageContext, 'language_context', self._on_context,
                                      qos.LATCHED)
         else:
-            self.create_subscription(String, 'task', self._on_task, qos.LATCHED)
+            # Latched and default-QoS publishers both reach it (nodes/commands.py).
+            CommandSubscription(self, String, 'task', lambda msg, _sent: self._on_task(msg))
         self.observations = LatestObservations(self, self.cfg.cameras,
                                                self.cfg.image_topic_pattern,
                                                self.cfg.ground_truth_topic)

@@ -25,6 +25,7 @@ from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
 from std_srvs.srv import Trigger
 
+from lerobot_lang_nodes.nodes.commands import CommandSubscription
 from lerobot_lang_nodes.nodes.diagnostics import DiagnosticsPublisher
 from lerobot_lang_nodes.nodes.params import declare_config, reject_unknown_parameters
 from lerobot_lang_nodes.nodes.runner import run
@@ -40,6 +41,9 @@ DEFAULT_TOPICS = ('task', 'interjection', 'language_context', 'subtask', 'memory
                   'speech', 'vqa_log', 'action_chunk', 'runtime_status', 'joint_states',
                   'task_outcome', 'clock', 'sim/ground_truth', 'sim/task_description')
 CAMERA_TOPICS = ('image_raw', 'camera_info')
+# Operator commands come from latched and default-QoS publishers alike: recorded through both
+# kinds of subscription, each sample once (nodes/commands.py), as the planner takes them.
+COMMAND_TOPICS = ('task', 'interjection')
 
 
 @dataclass(frozen=True)
@@ -136,6 +140,7 @@ class RecorderNode(Node):
         self._resolver = TypeResolver()
         self._writer = BagWriter(cfg.writer_settings(), self._resolver, on_drop=self._on_drop)
         self._topics = [self.resolve_topic_name(t) for t in cfg.topic_names()]
+        self._command_topics = {self.resolve_topic_name(t) for t in COMMAND_TOPICS}
         self._subs: dict[str, Any] = {}
         self._unknown: set[str] = set()
         self._closing = False
@@ -180,7 +185,10 @@ class RecorderNode(Node):
         """Close the bag (everything queued is written first); returns the bags written."""
         with self._lock:
             for sub in self._subs.values():
-                self.destroy_subscription(sub)
+                if isinstance(sub, CommandSubscription):
+                    sub.destroy()
+                else:
+                    self.destroy_subscription(sub)
             self._subs.clear()
             bags = self._writer.stop()
         stats = self._writer.stats
@@ -213,9 +221,15 @@ class RecorderNode(Node):
             self._unknown.add(name)
             self.get_logger().error(f'cannot record {name}: {exc}')
             return
-        self._subs[name] = self.create_subscription(
-            cls, name, lambda data, n=name, img=is_image: self._on_message(n, data, img),
-            subscription_qos(offered, is_image), callback_group=self._inputs, raw=True)
+        if name in self._command_topics:
+            self._subs[name] = CommandSubscription(
+                self, cls, name, lambda data, _sent, n=name: self._on_message(n, data, False),
+                depth=subscription_qos(offered, False).depth, callback_group=self._inputs,
+                raw=True)
+        else:
+            self._subs[name] = self.create_subscription(
+                cls, name, lambda data, n=name, img=is_image: self._on_message(n, data, img),
+                subscription_qos(offered, is_image), callback_group=self._inputs, raw=True)
         self.get_logger().info(f'recording {name} ({msgtype})')
 
     def _on_message(self, topic: str, data: bytes, is_image: bool) -> None:
@@ -265,6 +279,7 @@ class RecorderNode(Node):
             'topics_recorded': len(self._subs),
             'topics_waiting': len(self._topics) - len(self._subs) - len(self._unknown),
             'received': stats.received, 'written': stats.written,
+            'flushed': stats.flushed,  # written and made durable: what a SIGKILL keeps
             'dropped': stats.dropped_total, 'bytes_written': stats.bytes_written,
             'queued_images': images, 'queued_other': others,
         }
