@@ -83,7 +83,10 @@ class ScriptedExpert:
         spec, reason = explain_task(instruction)
         if spec is None:
             raise UnknownInstructionError(
-                f'scripted expert cannot execute {instruction!r}: {reason}')
+                f'scripted expert cannot execute {instruction!r}: {reason}; it runs a task '
+                "('put the red cube in the bowl', 'pick up the red cube'), a cube subtask "
+                "('reach|grasp|lift|release the red cube', 'move the red cube over the "
+                "bowl') or a skill ('open the gripper', 'close the gripper', 'go home')")
         plan = decompose(spec)
         index = infer_subtask_index(plan, gt)
         return plan[index] if index < len(plan) else None
@@ -130,6 +133,29 @@ class ScriptedExpert:
             return self._hold(q, gripper=self.config.open_rad)
         handler = getattr(self, f'_{sub.action}')
         return handler(sub.colour, q, gt)
+
+    # ------------------------------------------------------------------- skills (no cube)
+    def _open_gripper(self, _colour: str, q: np.ndarray, _gt: dict[str, Any]) -> np.ndarray:
+        return self._hold(q, gripper=self.config.open_rad)
+
+    def _close_gripper(self, _colour: str, q: np.ndarray, gt: dict[str, Any]) -> np.ndarray:
+        holding = gt['gripper'].get('holding')  # around a held cube: squeeze, not crush
+        if holding:
+            return self._hold(q, gripper=self._close_target(
+                gt['objects'][f'{holding}_cube']['size']))
+        return self._hold(q, gripper=float(self.ik.lower[5]))
+
+    def _home(self, _colour: str, q: np.ndarray, _gt: dict[str, Any]) -> np.ndarray:
+        """Straight to the home pose in joint space, max_joint_step per tick."""
+        cfg = self.config
+        prev = (q if self._start is None else self._start).copy()
+        chunk = np.empty((cfg.horizon, len(JOINT_NAMES)))
+        self._plain = plain = np.empty_like(chunk)
+        for k in range(cfg.horizon):
+            prev = prev + np.clip(HOME_QPOS - prev, -cfg.max_joint_step, cfg.max_joint_step)
+            plain[k] = prev
+            chunk[k] = prev + self.ik.gravity_offset(prev)
+        return chunk
 
     # ---------------------------------------------------------------------------- subtasks
     def _reach(self, colour: str, q: np.ndarray, gt: dict[str, Any]) -> np.ndarray:

@@ -13,6 +13,8 @@ _LOG = logging.getLogger(__name__)
 COLOURS: tuple[str, ...] = ('red', 'green', 'blue')
 # Subtask verbs in plan order; the scripted expert has one controller per verb.
 SUBTASK_ACTIONS: tuple[str, ...] = ('reach', 'grasp', 'lift', 'move_over', 'release')
+# Skills that name no cube, for an operator's `direct:` subtask.
+SKILL_ACTIONS: tuple[str, ...] = ('open_gripper', 'close_gripper', 'home')
 # Cube centre must be this far above the table for "lifted".
 LIFT_HEIGHT = 0.05
 # Grasp point must be this close to the cube centre (horizontal, vertical) for "reached".
@@ -62,6 +64,9 @@ class Subtask:
             'lift': f'lift the {self.colour} cube',
             'move_over': f'move the {self.colour} cube over the bowl',
             'release': f'release the {self.colour} cube',
+            'open_gripper': 'open the gripper',
+            'close_gripper': 'close the gripper',
+            'home': 'go to the home pose',
         }[self.action]
 
 
@@ -111,6 +116,8 @@ def parse_subtask(text: str) -> Subtask | None:
     """Subtask for a planner subtask string (tolerant of phrasing), or None."""
     norm = _normalise(text or '')
     colours = _colours_in(norm)
+    if not colours:
+        return _parse_skill(norm)
     if len(set(colours)) != 1:
         return None
     colour = colours[0]
@@ -124,6 +131,18 @@ def parse_subtask(text: str) -> Subtask | None:
         return Subtask('reach', colour)
     if re.search(r'\b(?:lift|raise)\b', norm) and not re.search(rf'\b{_BOWL_WORDS}\b', norm):
         return Subtask('lift', colour)
+    return None
+
+
+def _parse_skill(norm: str) -> Subtask | None:
+    """A skill that names no cube: open / close the gripper (or jaw), go home."""
+    if re.search(r'\b(?:gripper|jaws?|hand)\b', norm):
+        if re.search(r'\b(?:open|release|let go)\b', norm):
+            return Subtask('open_gripper', '')
+        if re.search(r'\b(?:close|shut|grip)\b', norm):
+            return Subtask('close_gripper', '')
+    if re.search(r'\bhome\b', norm):
+        return Subtask('home', '')
     return None
 
 
@@ -161,8 +180,14 @@ def is_over_bowl(gt: dict[str, Any], colour: str) -> bool:
 
 def subtask_done(subtask: Subtask, gt: dict[str, Any]) -> bool:
     """Whether ``subtask`` is complete in the ground-truth state (used to advance the plan)."""
-    cube = _cube(gt, subtask.colour)
     grip = gt['gripper']
+    if subtask.action == 'open_gripper':
+        return grip['opening_rad'] > OPEN_RAD
+    if subtask.action == 'close_gripper':
+        return grip['opening_rad'] <= OPEN_RAD and abs(grip['opening_speed']) < 0.2
+    if subtask.action == 'home':
+        return abs(grip['opening_speed']) < 0.2  # ground truth has no joint angles
+    cube = _cube(gt, subtask.colour)
     if subtask.action == 'reach':
         gp = grip['grasp_point']
         pos = cube['position']

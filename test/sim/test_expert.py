@@ -164,3 +164,34 @@ def test_the_policy_backend_continues_by_the_observation_stamp(sim_scene):
         second, reference.act('reach the red cube', trailing, gt, now_s=7.0 + 5 / 30.0))
     assert not np.allclose(second, ScriptedExpert(sim_scene.model, reference.config).act(
         'reach the red cube', trailing, gt))
+
+
+def _play(scene, expert, instruction: str, seconds: float) -> None:
+    t0 = scene.sim_time
+    while scene.sim_time - t0 < seconds:
+        chunk = expert.act(instruction, scene.joint_positions(), scene.ground_truth())
+        for row in chunk[:10]:
+            scene.apply_action(row)
+            scene.step()
+
+
+def test_direct_gripper_and_home_skills_move_the_arm(sim_scene, expert):
+    """`direct: open the gripper` (the README's example) and its kin run in sim."""
+    from lerobot_lang_nodes.sim.scene import HOME_QPOS
+    from lerobot_lang_nodes.sim.tasks import OPEN_RAD, parse_subtask, subtask_done
+    sim_scene.reset(seed=0)
+    _play(sim_scene, expert, 'close the gripper', 1.5)
+    truth = sim_scene.ground_truth()
+    assert truth['gripper']['opening_rad'] < OPEN_RAD
+    assert subtask_done(parse_subtask('close the gripper'), truth)
+    assert not subtask_done(parse_subtask('open the gripper'), truth)
+    _play(sim_scene, expert, 'open the gripper', 1.5)
+    truth = sim_scene.ground_truth()
+    assert truth['gripper']['opening_rad'] > OPEN_RAD
+    assert subtask_done(parse_subtask('Open the gripper.'), truth)
+    # Away from home (reach a cube), then back.
+    _play(sim_scene, expert, 'reach the red cube', 2.0)
+    away = np.abs(sim_scene.joint_positions()[:5] - HOME_QPOS[:5]).max()
+    _play(sim_scene, expert, 'go home', 3.0)
+    assert np.abs(sim_scene.joint_positions()[:5] - HOME_QPOS[:5]).max() < min(0.1, away / 2)
+    assert expert.last_subtask.text == 'go to the home pose'

@@ -24,6 +24,9 @@ _FACTS = {
     'lift': 'the {c} cube is lifted',
     'move_over': 'the {c} cube is over the bowl',
     'release': 'the {c} cube was released',
+    'open_gripper': 'the gripper was opened',
+    'close_gripper': 'the gripper was closed',
+    'home': 'the arm went home',
 }
 MEMORY_FACTS_KEPT = 4
 
