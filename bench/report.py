@@ -12,7 +12,9 @@ chunking. Then REPORT.md collects their
 Markdown reports (each headed by the file it comes from) and draws, with matplotlib, the plots
 the tables cannot show: starved ticks and task time against inference latency, image latency
 per stream and profile, and task time per configuration. A benchmark that failed is listed
-with its exit code; the others are still reported.
+with its exit code; the others are still reported. Last, the report tables bench/README.md
+shows (between `<!-- table N of reports/NAME.md -->` and `<!-- end of table -->`) are copied
+anew from the reports, so that file never quotes a figure by hand.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -28,6 +31,12 @@ from typing import Any
 
 BENCH = Path(__file__).resolve().parent
 REPORTS = BENCH / 'reports'
+README = BENCH / 'README.md'
+# bench/README.md shows tables of the committed reports between these markers, never typed by
+# hand: this script copies them anew from the reports (test/bench/test_bench_small.py checks
+# that they match).
+TABLE_BLOCK = re.compile(r'(<!-- table (?P<n>\d+) of reports/(?P<name>[\w.-]+)\.md -->\n)'
+                         r'.*?(?=<!-- end of table -->)', re.S)
 # (report name, command after the interpreter); run in this order, one at a time.
 RUNS: list[tuple[str, list[str]]] = [
     ('sim_graph', ['sim_graph.py', '--sim-seconds', '60']),
@@ -150,6 +159,28 @@ PLOTS = {'task_time_latency': plot_latency_sweep, 'image_transport': plot_image_
          'task_time': plot_task_time}
 
 
+def report_tables(name: str) -> list[str]:
+    """The Markdown tables of reports/<name>.md, in order."""
+    tables: list[list[str]] = [[]]
+    for line in (REPORTS / f'{name}.md').read_text().splitlines():
+        if line.startswith('|'):
+            tables[-1].append(line)
+        elif tables[-1]:
+            tables.append([])
+    return ['\n'.join(t) for t in tables if t]
+
+
+def with_report_tables(text: str) -> str:
+    """``text`` (bench/README.md) with every marked table copied anew from its report."""
+    def fill(m: re.Match) -> str:
+        tables = report_tables(m['name'])
+        n = int(m['n'])
+        if not 1 <= n <= len(tables):
+            raise ValueError(f'reports/{m["name"]}.md has {len(tables)} tables, not {n}')
+        return m[1] + tables[n - 1] + '\n'
+    return TABLE_BLOCK.sub(fill, text)
+
+
 def assemble(codes: dict[str, int]) -> str:
     lines = ['# Benchmark report', '',
              f'Assembled {time.strftime("%Y-%m-%d %H:%M")} on {os.cpu_count()} cores by '
@@ -193,6 +224,10 @@ def main(argv: list[str] | None = None) -> int:
     text = assemble(codes)
     (BENCH / 'REPORT.md').write_text(text)
     print(f'wrote {BENCH / "REPORT.md"}')
+    readme = README.read_text()
+    if with_report_tables(readme) != readme:
+        README.write_text(with_report_tables(readme))
+        print(f"{README}: the reports' tables copied anew")
     return 1 if any(codes.values()) else 0
 
 

@@ -42,6 +42,18 @@ def test_latency_sweep_pairs_the_seeds_rules_with_the_current_ones():
     assert row == '| 50 ms | 45.0 | 0.0 | 0.0 | 10.0 | 5.0 | 0.5 | None / None | 0.083 |'
 
 
+def test_bench_readme_shows_the_reports_tables_as_they_are():
+    """bench/README.md's report tables are copies `bench/report.py` makes, never typed by hand:
+    a report that has changed since (a rerun, an edit) fails here until the copies are made
+    again."""
+    report = load('report')
+    text = report.README.read_text()
+    marked = report.TABLE_BLOCK.findall(text)
+    assert len(marked) >= 10, marked
+    assert text == report.with_report_tables(text), \
+        'a report table in bench/README.md differs from its report: run bench/report.py'
+
+
 def test_the_reaction_table_names_inference_plus_a_tick_wait_not_a_floor():
     """The 2026-12-06 loaded run: 80.0 ms in all against inference 58.2 ms + one period. A
     reaction can come in under inference + period (the chunk lands just before a tick), so
