@@ -100,6 +100,7 @@ class WriterStats:
 
     received: int = 0
     written: int = 0
+    flushed: int = 0  # of the written messages, those a flush or close made durable
     dropped: dict[str, int] = field(default_factory=dict)
     bytes_written: int = 0
     bags: list[str] = field(default_factory=list)
@@ -318,6 +319,7 @@ class BagWriter:
         storage = self._writer.storage if self._writer is not None else None
         if storage is None:
             return
+        written = self.stats.written
         # rosbags has no public flush: close the pending MCAP chunk (it keeps ~1 MiB in memory
         # otherwise) or commit the sqlite3 transaction. rosbags is pinned (0.11.9).
         if hasattr(storage, 'close_chunk'):
@@ -326,17 +328,20 @@ class BagWriter:
             storage.bio.flush()
         elif hasattr(storage, 'conn'):
             storage.conn.commit()
+        self.stats.flushed = written
 
     def _close_bag(self) -> None:
         writer, self._writer = self._writer, None
         if writer is None:
             return
+        written = self.stats.written
         try:
             writer.close()
         except (OSError, WriterError) as exc:
             self.stats.last_error = f'closing {writer.path} failed: {exc}'
             logger.error('%s', self.stats.last_error)
         else:
+            self.stats.flushed = written
             logger.info('closed bag %s (%d messages in total so far)', writer.path,
                         self.stats.written)
 

@@ -3,6 +3,7 @@ stop, readable up to the last flush after SIGKILL, splits, counted drops, clear 
 
 from __future__ import annotations
 
+import queue
 import subprocess
 import sys
 import threading
@@ -15,6 +16,7 @@ from rosbags.typesys import Stores, get_typestore
 from lerobot_lang_nodes.recording.bag_reader import BagError, BagSet
 from lerobot_lang_nodes.recording.bag_writer import (BagWriter, TopicSpec, WriterSettings,
                                                      qos_from_fields)
+from lerobot_lang_nodes.testing import wait_until
 
 STORE = get_typestore(Stores.ROS2_KILTED)
 STRING = 'std_msgs/msg/String'
@@ -74,15 +76,18 @@ w.add_topic(TopicSpec('/chatter', 'std_msgs/msg/String',
                       (qos_from_fields('keep_last', 10, 'reliable', 'volatile'),)))
 for i in range(300):
     w.push('/chatter', time.time_ns(), raw(f'm{i}'))
-while w.stats.written < 300:
+deadline = time.monotonic() + 30.0
+while w.stats.flushed < 300 and time.monotonic() < deadline:  # the flush itself
     time.sleep(0.01)
-time.sleep(0.5)  # several flush periods
-print('FLUSHED', flush=True)
-i = 300
+print('FLUSHED' if w.stats.flushed >= 300 else f'NOT FLUSHED: {w.stats}', flush=True)
+i, said = 300, False
 while True:  # still writing when the SIGKILL comes
     w.push('/chatter', time.time_ns(), raw(f'm{i}'))
     i += 1
-    time.sleep(0.001)
+    if not said and w.stats.written >= 400:  # written beyond the flushed 300
+        print('WRITING', flush=True)
+        said = True
+    time.sleep(0.001)  # the pace of the messages
 '''
 
 
@@ -90,10 +95,15 @@ while True:  # still writing when the SIGKILL comes
 def test_a_killed_writer_leaves_a_bag_readable_up_to_its_last_flush(tmp_path, storage):
     proc = subprocess.Popen([sys.executable, '-c', KILLED_WRITER, str(tmp_path), storage],
                             stdout=subprocess.PIPE, text=True)
+    lines: queue.Queue[str] = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(line) for line in proc.stdout],
+                     daemon=True).start()
     try:
-        line = proc.stdout.readline()
+        line = lines.get(timeout=60.0)
         assert line.strip() == 'FLUSHED', line
-        time.sleep(0.3)
+        # Killed while writing past the flush: the bag holds at least the flushed prefix.
+        line = lines.get(timeout=60.0)
+        assert line.strip() == 'WRITING', line
     finally:
         proc.kill()
         proc.wait(timeout=10)
@@ -149,10 +159,7 @@ def test_a_truncated_or_foreign_bag_is_a_clear_error(tmp_path):
     for i in range(2000):
         writer.push('/chatter', time.time_ns(), _raw(f'message {i}' * 20))
         if i % 100 == 99:  # several flushed chunks
-            deadline = time.monotonic() + 5.0
-            while writer.stats.written <= i and time.monotonic() < deadline:
-                time.sleep(0.005)
-            time.sleep(0.03)
+            wait_until(lambda: writer.stats.flushed > i, 10.0, f'message {i} flushed')
     writer.stop()
     mcap = next(bag.glob('*.mcap'))
     data = mcap.read_bytes()
