@@ -8,7 +8,6 @@ import sys
 import time
 import warnings
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -16,6 +15,10 @@ import pytest
 from lerobot_lang_nodes import dds
 from lerobot_lang_nodes.recording import scheduling
 from lerobot_lang_nodes.testing import NodeProcess, RosProbe, node_command
+
+# The fault report (`fault_report` fixture, bench/faults.py's table) and the skip gate CI runs
+# under (LEROBOT_LANG_REQUIRE_NO_SKIP): see that module.
+pytest_plugins = ('lerobot_lang_nodes.pytest_plugin',)
 
 _domain_lease = None
 
@@ -156,58 +159,3 @@ def no_stray_nodes(request: pytest.FixtureRequest) -> Iterator[None]:
             continue
         warnings.warn(f'{request.node.nodeid} left node process {pid} running ({cmd!r}); '
                       'killed it', stacklevel=1)
-
-
-# --- the fault suite's report ---------------------------------------------------------
-# Tests that inject a fault add a row through the `fault_report` fixture; the table is printed
-# at the end of the run (and written as Markdown to $FAULTS_REPORT; bench/faults.py sets it).
-@dataclass
-class Row:
-    fault: str
-    injections: int
-    survived: int
-    unsafe: int = 0
-    lost: int = 0
-    note: str = ''
-
-
-_ROWS: list[Row] = []
-
-
-class FaultReport:
-    def add(self, fault: str, injections: int, survived: int, unsafe: int = 0, lost: int = 0,
-            note: str = '') -> None:
-        """One row per fault class: a class added again (hypothesis examples) is summed."""
-        for row in _ROWS:
-            if row.fault == fault:
-                row.injections += injections
-                row.survived += survived
-                row.unsafe += unsafe
-                row.lost += lost
-                return
-        _ROWS.append(Row(fault, injections, survived, unsafe, lost, note))
-
-
-@pytest.fixture
-def fault_report() -> FaultReport:
-    return FaultReport()
-
-
-def table() -> str:
-    lines = ['| fault class | injections | survived | unsafe dispatches | data lost | note |',
-             '|---|---:|---:|---:|---:|---|']
-    lines += [f'| {r.fault} | {r.injections} | {r.survived} | {r.unsafe} | {r.lost} | '
-              f'{r.note} |' for r in _ROWS]
-    return '\n'.join(lines)
-
-
-def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
-    if not _ROWS:
-        return
-    terminalreporter.section('fault suite')
-    terminalreporter.write_line(table())
-    path = os.environ.get('FAULTS_REPORT')
-    if path:
-        Path(path).write_text('# Fault suite\n\nWritten by `bench/faults.py` (pytest test/faults)'
-                              '.\n\n' + table() + '\n', encoding='utf-8')
-        terminalreporter.write_line(f'written to {path}')

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 import pytest
@@ -26,8 +28,9 @@ from lerobot_lang_nodes.core.dispatch_file import read_dispatch_file
 from lerobot_lang_nodes.nodes import convert, qos
 from lerobot_lang_nodes.so101.calibration import JOINT_NAMES, MotorCalibration, save_calibration
 from lerobot_lang_nodes.so101.units import RAD_PER_STEP
-from lerobot_lang_nodes.testing import (EmulatorProcess, NodeProcess, RosProbe, node_command,
-                                        wait_until)
+from lerobot_lang_nodes.pytest_plugin import FaultRow
+from lerobot_lang_nodes.testing import (EmulatorProcess, NodeProcess, RosProbe, WaitTimeout,
+                                        node_command, wait_until)
 
 pytestmark = pytest.mark.slow
 
@@ -129,31 +132,69 @@ class Target:
                                    since=max(0, len(self.joints) - 1))
         return np.array([msg.position[list(msg.name).index(n)] for n in self.names])
 
-    def send_and_count(self, msg: ActionChunk) -> RuntimeStatus:
-        """Publish one chunk and wait for the status that counts it as refused."""
+    def send_and_count(self, msg: ActionChunk) -> str | None:
+        """Publish one chunk; the reason of the status that counts it as refused, or None if
+        none did within the timeout."""
         before = refused(self.status.last)
         self.chunks.publish(msg)
         try:
             return self.status.wait_for(lambda m: refused(m) >= before + 1, timeout_s=10.0,
                                         what=f'chunk {msg.sequence} refused and counted',
-                                        since=max(0, len(self.status) - 1))
-        except AssertionError:
-            raise AssertionError(f'not refused: {msg.control_period_s=} {msg.horizon=} '
-                                 f'{msg.action_dim=} {list(msg.action_names)} '
-                                 f'{len(msg.values)=}\n{self.proc.log_text(2000)}') from None
+                                        since=max(0, len(self.status) - 1)).last_reject_reason
+        except WaitTimeout:
+            return None
 
 
-def fuzz(target: Target, batch) -> list[str]:
-    reasons = []
+@dataclass
+class Sent:
+    kind: str
+    sequence: int
+    reason: str | None  # the refusal's reason; None: not refused and counted
+    chunk: str  # what the chunk looked like (for the failure message)
+
+
+def fuzz(target: Target, batch, row: FaultRow) -> list[Sent]:
+    """Publish each malformed chunk in turn, counting it on ``row`` as an injection; stops
+    early if the node died."""
+    sent = []
     present = target.present()
     for kind, joint, x in batch:
+        if not target.proc.alive:
+            break
         target.sequence += 1
         msg = malformed(kind, joint % len(target.names), x, target.names, present, target.upper,
                         target.now(), target.sequence)
-        status = target.send_and_count(msg)
-        reasons.append(f'{kind}: {status.last_reject_reason}')
-        assert target.proc.alive
-    return reasons
+        row.injections += 1
+        sent.append(Sent(kind, msg.sequence, target.send_and_count(msg),
+                         f'{msg.control_period_s=} {msg.horizon=} {msg.action_dim=} '
+                         f'{list(msg.action_names)} {len(msg.values)=}'))
+    return sent
+
+
+def not_refused(target: Target, sent: list[Sent], held: list[Sent]) -> str:
+    """The failure message: the chunks the protection did not hold against, the node's log."""
+    return '\n'.join([f'{s.kind}: {s.reason!r} ({s.chunk})' for s in sent if s not in held]
+                     + [f'{len(held)} of {len(sent)} refused', target.proc.log_text(2000)])
+
+
+def dispatched(target: Target, sent: list[Sent]) -> list[dict]:
+    """Dispatch-log entries of the fuzzed chunks: unsafe dispatches."""
+    sequences = {s.sequence for s in sent}
+    return [d for d in read_dispatch_file(target.dispatch_log) if d['sequence'] in sequences]
+
+
+def dispatch_a_valid_chunk(target: Target) -> None:
+    """The graph keeps working: a valid chunk is still dispatched (ticks have run since the
+    fuzzed chunks, so a fuzzed chunk the node had taken would be in the dispatch log)."""
+    target.sequence += 1
+    seq = target.sequence - FUZZ_SEQ  # a normal sequence number
+    n = len(target.status)
+    target.chunks.publish(convert.chunk_to_msg(
+        np.tile(target.present(), (15, 1)), tuple(target.names), revision=REV,
+        sequence=seq, stamp_s=target.now(), period_s=1.0 / HZ, instruction='valid',
+        backend='test', flush_revision=REV))
+    target.status.wait_for(lambda m: m.last_chunk_sequence == seq, timeout_s=20.0,
+                           what='a valid chunk dispatched after the fuzzing', since=n)
 
 
 # Each target in a namespace of its own: both fixtures live for the whole module, and their
@@ -190,38 +231,40 @@ def sim_target(tmp_path_factory):
         probe.close()
 
 
+def fuzz_the_simulator(target: Target, batch, row: FaultRow,
+                       held_if: Callable[[Sent], bool]) -> None:
+    """Fuzz, count the chunks refused as ``held_if`` requires and the unsafe dispatches on
+    ``row``, then check both and that a valid chunk still runs."""
+    sent = fuzz(target, batch, row)
+    held = [s for s in sent if s.reason and held_if(s)]
+    row.survived += len(held)
+    try:
+        dispatch_a_valid_chunk(target)
+    finally:
+        unsafe = dispatched(target, sent)
+        row.record(unsafe=len(unsafe))
+    assert len(held) == len(batch), not_refused(target, sent, held)
+    assert not unsafe, unsafe[:3]
+    assert target.proc.alive
+
+
 def test_every_kind_of_malformed_chunk_is_refused_by_the_simulator(sim_target, fault_report):
+    row = fault_report.row('malformed chunks over DDS (simulator, one of each kind)',
+                           note='refused and counted, the reason naming what is wrong: '
+                                + ', '.join(KINDS))
     batch = [(kind, i, (i * 0.37) % 1.0) for i, kind in enumerate(KINDS)]
-    reasons = fuzz(sim_target, batch)
-    wrong = [r for r, (kind, _, _) in zip(reasons, batch)
-             if EXPECTED_REASON[kind] not in r.split(': ', 1)[1].lower()]
-    assert not wrong, wrong
-    fault_report.add('malformed chunks over DDS (simulator, one of each kind)', len(batch),
-                     len(batch), note=', '.join(KINDS))
+    fuzz_the_simulator(sim_target, batch, row,
+                       lambda s: EXPECTED_REASON[s.kind] in s.reason.lower())
 
 
 @settings(max_examples=4, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(batch=st.lists(mutations(), min_size=12, max_size=20))
 def test_malformed_chunks_are_refused_by_the_simulator(sim_target, batch, fault_report):
-    reasons = fuzz(sim_target, batch)
-    dispatched = read_dispatch_file(sim_target.dispatch_log)
-    unsafe = [d for d in dispatched if d['sequence'] >= FUZZ_SEQ]
-    assert not unsafe, unsafe[:3]
-    assert all(r.split(': ', 1)[1] for r in reasons), reasons  # each with a reason
-    # The graph keeps working: a valid chunk is still dispatched.
-    sim_target.sequence += 1
-    seq = sim_target.sequence - FUZZ_SEQ  # a normal sequence number
-    n = len(sim_target.status)
-    sim_target.chunks.publish(convert.chunk_to_msg(
-        np.tile(sim_target.present(), (15, 1)), tuple(sim_target.names), revision=REV,
-        sequence=seq, stamp_s=sim_target.now(), period_s=1.0 / HZ, instruction='valid',
-        backend='test', flush_revision=REV))
-    sim_target.status.wait_for(lambda m: m.last_chunk_sequence == seq, timeout_s=20.0,
-                               what='a valid chunk dispatched after the fuzzing', since=n)
-    fault_report.add('malformed chunks over DDS (simulator, hypothesis)', len(batch),
-                     len(batch), unsafe=len(unsafe),
-                     note='random mixes of the kinds; each refused and counted with a reason')
+    row = fault_report.row('malformed chunks over DDS (simulator, hypothesis)',
+                           note='random mixes of the kinds; each refused and counted with a '
+                                'reason')
+    fuzz_the_simulator(sim_target, batch, row, lambda s: True)
 
 
 # --- the emulated arm ---------------------------------------------------------------------
@@ -270,34 +313,43 @@ def arm_target(tmp_path_factory):
 def test_malformed_chunks_and_jumps_never_reach_the_servos_unsafely(arm_target, batch, jumps,
                                                                     fault_report):
     t = arm_target
+    row = fault_report.row('malformed chunks and jumps over DDS (emulated arm, hypothesis)',
+                           note='malformed chunks refused and counted with a reason, jumps '
+                                'executed; unsafe: Goal_Position writes beyond '
+                                'max_relative_target of the present position or outside the '
+                                'calibrated range')
     t.emu.goal_writes(clear=True)
-    fuzz(t, batch)
-    # Valid chunks that jump far from the present position: executed, clamped per cycle.
-    for joint, delta in jumps:
-        target = t.present()
-        target[joint] = float(np.clip(target[joint] + delta, t.units.lower_rad[joint],
-                                      t.units.upper_rad[joint]))
-        t.sequence += 1
-        seq = t.sequence - FUZZ_SEQ
-        n = len(t.status)
-        t.chunks.publish(convert.chunk_to_msg(
-            np.tile(target, (10, 1)), tuple(t.names), revision=REV, sequence=seq,
-            stamp_s=time.time(), period_s=1.0 / HZ, instruction='jump', backend='test',
-            flush_revision=REV))
-        t.status.wait_for(lambda m, s=seq: m.last_chunk_sequence == s, timeout_s=20.0,
-                          what='the jump chunk executed', since=n)
-    writes = t.emu.goal_writes(clear=True)
+    sent = fuzz(t, batch, row)
+    held = [s for s in sent if s.reason]
+    row.survived += len(held)
+    try:
+        # Valid chunks that jump far from the present position: executed, clamped per cycle.
+        for joint, delta in jumps:
+            with row.injection():
+                target = t.present()
+                target[joint] = float(np.clip(target[joint] + delta, t.units.lower_rad[joint],
+                                              t.units.upper_rad[joint]))
+                t.sequence += 1
+                seq = t.sequence - FUZZ_SEQ
+                n = len(t.status)
+                t.chunks.publish(convert.chunk_to_msg(
+                    np.tile(target, (10, 1)), tuple(t.names), revision=REV, sequence=seq,
+                    stamp_s=time.time(), period_s=1.0 / HZ, instruction='jump',
+                    backend='test', flush_revision=REV))
+                t.status.wait_for(lambda m, s=seq: m.last_chunk_sequence == s,
+                                  timeout_s=20.0, what='the jump chunk executed', since=n)
+    finally:
+        writes = t.emu.goal_writes(clear=True)
+        limit_steps = MAX_REL / RAD_PER_STEP + 2  # rounding to whole steps
+        # The driver clamps to the position it read in that cycle; under load the emulated
+        # horn moves on for a while before the write lands, so a write is judged against
+        # that read.
+        unsafe = [w for w in writes if w.step_from_present() > limit_steps
+                  or not (t.units.min_steps[w.servo_id - 1] <= w.goal
+                          <= t.units.max_steps[w.servo_id - 1])]
+        row.record(unsafe=len(unsafe))
+    assert len(held) == len(batch), not_refused(t, sent, held)
     assert writes, 'no goal was written'
-    limit_steps = MAX_REL / RAD_PER_STEP + 2  # rounding to whole steps
-    # The driver clamps to the position it read in that cycle; under load the emulated horn
-    # moves on for a while before the write lands, so a write is judged against that read.
-    unsafe = [w for w in writes if w.step_from_present() > limit_steps
-              or not (t.units.min_steps[w.servo_id - 1] <= w.goal
-                      <= t.units.max_steps[w.servo_id - 1])]
     assert not unsafe, unsafe[:3]
     assert all(w.read_present is not None for w in writes), 'the driver wrote unread servos'
     assert t.proc.alive
-    fault_report.add('malformed chunks and jumps over DDS (emulated arm, hypothesis)',
-                     len(batch) + len(jumps), len(batch) + len(jumps), unsafe=len(unsafe),
-                     note='every Goal_Position write within max_relative_target of the '
-                          'present position and inside the calibrated range')

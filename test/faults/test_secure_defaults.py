@@ -128,19 +128,23 @@ def start_with(tmp_path: Path, name: str, module: str,
                          NODES, ids=[n[0] for n in NODES])
 def test_every_node_refuses_a_bad_parameters_file_naming_the_key(
         tmp_path, name, module, extra, ranged, beyond, bounds, number, fault_report):
-    unknown = start_with(tmp_path, name, module, {**extra, 'max_relative_targt_rad': 0.1})
-    text = unknown.stdout + unknown.stderr
-    assert unknown.returncode == 2 and "unknown parameter(s) ['max_relative_targt_rad']" \
-        in text, text[-2000:]
-    out_of_range = start_with(tmp_path, name, module, {**extra, ranged: beyond})
-    text = out_of_range.stdout + out_of_range.stderr
-    assert out_of_range.returncode == 2 and f"'{ranged}'" in text, text[-2000:]
-    assert all(b in text for b in bounds), text[-2000:]
-    wrong_type = start_with(tmp_path, name, module, {**extra, number: 'fast'})
-    text = wrong_type.stdout + wrong_type.stderr
-    assert wrong_type.returncode == 2 and f"'{number}'" in text, text[-2000:]
-    fault_report.add('bad parameter files (unknown key, wrong type, out of range; every node)',
-                     3, 3, note='exit 2 naming the key (and the range)')
+    row = fault_report.row('bad parameter files (unknown key, wrong type, out of range; every '
+                           'node)', note='exit 2 naming the key (and the range)')
+    # (the bad file, what its refusal must say)
+    cases = {'unknown key': ({'max_relative_targt_rad': 0.1},
+                             ["unknown parameter(s) ['max_relative_targt_rad']"]),
+             'out of range': ({ranged: beyond}, [f"'{ranged}'", *bounds]),
+             'wrong type': ({number: 'fast'}, [f"'{number}'"])}
+    failures = {}
+    for case, (bad, says) in cases.items():
+        row.injections += 1
+        out = start_with(tmp_path, name, module, {**extra, **bad})
+        text = out.stdout + out.stderr
+        if out.returncode == 2 and all(s in text for s in says):
+            row.survived += 1
+        else:
+            failures[case] = f'exit {out.returncode}, expected 2 saying {says}:\n{text[-2000:]}'
+    assert not failures, '\n'.join(f'{c}: {f}' for c, f in failures.items())
 
 
 def environ_of(pid: int) -> dict[str, str]:

@@ -320,32 +320,36 @@ def test_stale_and_invalid_chunks_are_rejected_and_counted(arm: Rig) -> None:
 
 
 def test_overload_latches_fault_until_reset(arm: Rig, fault_report) -> None:
-    arm.emu.set_error_bits(PAN, int(ErrorBit.OVERLOAD))
-    arm.wait(lambda: arm.arm_values().get('health') == 'fault', 'health fault in diagnostics')
-    assert arm.arm().level == DiagnosticStatus.ERROR
-    arm.wait(lambda: arm.joint_diag('shoulder_pan').get('error_bits') == str(0x20),
-             'the pan error bits in diagnostics')
-    assert 'overload' in arm.arm().message.lower(), arm.arm().message
-    resume = arm.call('resume')
-    assert not resume.success and 'reset_fault' in resume.message
-    goal = arm.goal()
-    arm.send(arm.hold_chunk(0.1))
-    arm.barrier()
-    assert arm.goal() == goal, 'motion accepted while a fault is latched'
-    assert not arm.call('so101_driver/reset_fault').success  # still overloaded
-    arm.emu.clear_faults()
-    # A reset pings every servo; on a loaded machine a ping can time out, and the service
-    # then says so (success false, the bus error) - an operator would simply call it again.
-    arm.wait(lambda: arm.call('so101_driver/reset_fault').success,
-             'reset_fault to succeed once no servo reports the overload')
-    assert arm.call('resume').success
-    before = arm.present()
-    arm.send(arm.hold_chunk(-0.1))
-    arm.wait(lambda: abs(arm.present() - (before - 0.1 / RAD_PER_STEP)) <= 3,
-             'motion after reset and resume')
-    assert 'FAULT LATCHED' in arm.proc.log_text()
-    fault_report.add('servo overload (latch, reset_fault)', 1, 1,
-                     note='held, motion refused until reset')
+    row = fault_report.row('servo overload (latch, reset_fault)',
+                           note='held, motion refused until reset; unsafe: a goal written '
+                                'while the fault was latched')
+    with row.injection():
+        arm.emu.set_error_bits(PAN, int(ErrorBit.OVERLOAD))
+        arm.wait(lambda: arm.arm_values().get('health') == 'fault',
+                 'health fault in diagnostics')
+        assert arm.arm().level == DiagnosticStatus.ERROR
+        arm.wait(lambda: arm.joint_diag('shoulder_pan').get('error_bits') == str(0x20),
+                 'the pan error bits in diagnostics')
+        assert 'overload' in arm.arm().message.lower(), arm.arm().message
+        resume = arm.call('resume')
+        assert not resume.success and 'reset_fault' in resume.message
+        goal = arm.goal()
+        arm.send(arm.hold_chunk(0.1))
+        arm.barrier()
+        row.record(unsafe=int(arm.goal() != goal))
+        assert arm.goal() == goal, 'motion accepted while a fault is latched'
+        assert not arm.call('so101_driver/reset_fault').success  # still overloaded
+        arm.emu.clear_faults()
+        # A reset pings every servo; on a loaded machine a ping can time out, and the service
+        # then says so (success false, the bus error) - an operator would simply call it again.
+        arm.wait(lambda: arm.call('so101_driver/reset_fault').success,
+                 'reset_fault to succeed once no servo reports the overload')
+        assert arm.call('resume').success
+        before = arm.present()
+        arm.send(arm.hold_chunk(-0.1))
+        arm.wait(lambda: abs(arm.present() - (before - 0.1 / RAD_PER_STEP)) <= 3,
+                 'motion after reset and resume')
+        assert 'FAULT LATCHED' in arm.proc.log_text()
 
 
 def test_disconnect_reports_error_and_reconnects(arm: Rig) -> None:
@@ -372,32 +376,34 @@ def test_disconnect_reports_error_and_reconnects(arm: Rig) -> None:
 
 def test_a_different_servo_after_a_reconnect_is_refused_by_name(arm: Rig,
                                                                 fault_report) -> None:
+    row = fault_report.row('a different servo after an unplug (swapped motor)',
+                           note='ERROR naming motor and field, torque off, motion refused')
     assert arm.call('resume').success
     arm.send(arm.hold_chunk(0.1))  # a chunk running when the cable goes
     arm.emu.disconnect()
     arm.wait(lambda: arm.arm_values().get('health') == 'disconnected', 'health disconnected')
-    # Back with a swapped wrist_flex: its own homing offset, torque off after its power-up.
-    arm.emu.set_register(4, 'Homing_Offset', 900)
-    for servo in range(1, 7):
-        arm.emu.set_register(servo, 'Torque_Enable', 0)
-    try:
-        arm.emu.reconnect()
-        arm.wait(lambda: arm.arm_values().get('health') == 'fault', 'health fault')
-        assert arm.arm().level == DiagnosticStatus.ERROR
-        assert 'wrist_flex (id 4): Homing_Offset is 900, expected 0' in arm.arm().message
-        assert arm.arm_values()['torque_enabled'] == 'false'
-        assert [arm.emu.register(i, 'Torque_Enable') for i in range(1, 7)] == [0] * 6
-        resume = arm.call('resume')
-        assert not resume.success and 'Homing_Offset' in resume.message
-        reset = arm.call('so101_driver/reset_fault')
-        assert not reset.success and 'Homing_Offset' in reset.message
-    finally:
-        arm.emu.set_register(4, 'Homing_Offset', 0)  # the right motor is back
-    arm.wait(lambda: arm.call('so101_driver/reset_fault').success, 'reset_fault to succeed')
-    assert arm.emu.register(PAN, 'Torque_Enable') == 1  # holding again
-    assert arm.call('resume').success
-    fault_report.add('a different servo after an unplug (swapped motor)', 1, 1,
-                     note='ERROR naming motor and field, torque off, motion refused')
+    with row.injection():
+        # Back with a swapped wrist_flex: its own homing offset, torque off after its power-up.
+        arm.emu.set_register(4, 'Homing_Offset', 900)
+        for servo in range(1, 7):
+            arm.emu.set_register(servo, 'Torque_Enable', 0)
+        try:
+            arm.emu.reconnect()
+            arm.wait(lambda: arm.arm_values().get('health') == 'fault', 'health fault')
+            assert arm.arm().level == DiagnosticStatus.ERROR
+            assert 'wrist_flex (id 4): Homing_Offset is 900, expected 0' in arm.arm().message
+            assert arm.arm_values()['torque_enabled'] == 'false'
+            assert [arm.emu.register(i, 'Torque_Enable') for i in range(1, 7)] == [0] * 6
+            resume = arm.call('resume')
+            assert not resume.success and 'Homing_Offset' in resume.message
+            reset = arm.call('so101_driver/reset_fault')
+            assert not reset.success and 'Homing_Offset' in reset.message
+        finally:
+            arm.emu.set_register(4, 'Homing_Offset', 0)  # the right motor is back
+        arm.wait(lambda: arm.call('so101_driver/reset_fault').success,
+                 'reset_fault to succeed')
+        assert arm.emu.register(PAN, 'Torque_Enable') == 1  # holding again
+        assert arm.call('resume').success
 
 
 def test_unknown_parameter_exits_2(launch_node, tmp_path) -> None:
@@ -485,7 +491,8 @@ def test_watchdog_and_step_limits_tighten_at_run_time_and_loosen_only_paused(arm
         assert set_double('command_timeout_s', WATCHDOG_S).successful
 
 
-@pytest.mark.skipif(not sys.platform.startswith('linux'), reason='/proc and SCHED_FIFO')
+@pytest.mark.skipif(not sys.platform.startswith('linux'),
+                    reason='platform: needs Linux /proc and SCHED_FIFO')
 def test_the_control_thread_runs_sched_fifo_or_reports_why_not(arm: Rig) -> None:
     import os
     refused = 'SCHED_FIFO priority 50 refused' in arm.proc.log_text()

@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 from diagnostic_msgs.msg import DiagnosticStatus
 
+from lerobot_lang_nodes.pytest_plugin import FaultRow
 from lerobot_lang_nodes.so101.emulator import FaultKind
 from lerobot_lang_nodes.so101.protocol import ErrorBit
 from lerobot_lang_nodes.so101.units import RAD_PER_STEP
@@ -78,12 +79,16 @@ def assert_flowing_and_healthy(arm: Rig) -> None:
     assert arm.proc.alive, arm.proc.log_text(3000)
 
 
-def assert_goals_within_clamp(arm: Rig, since: float) -> None:
+def assert_goals_within_clamp(arm: Rig, since: float, row: FaultRow | None = None) -> None:
+    """Every goal write within the clamp (counted on ``row`` as unsafe dispatches, if given)
+    and motion after ``since``."""
     writes = arm.emu.goal_writes()
-    assert writes, 'the emulator logged no goal write at all'
     # Judged against the position the driver read in that cycle as well as the one when the
     # write landed (the emulated horn moves on in between, more so on a loaded machine).
     bad = [w for w in writes if w.step_from_present() > MAX_REL_STEPS + SLACK_STEPS]
+    if row is not None:
+        row.record(unsafe=len(bad))
+    assert writes, 'the emulator logged no goal write at all'
     assert not bad, f'goal writes beyond max_relative_target ({MAX_REL_STEPS:.0f} steps): ' \
                     f'{bad[:5]}'
     assert any(w.servo_id == PAN and w.stamp > since for w in writes), \
@@ -93,24 +98,26 @@ def assert_goals_within_clamp(arm: Rig, since: float) -> None:
 @pytest.mark.parametrize('kind', list(FAULTS), ids=lambda k: k.value)
 def test_fault_burst_is_counted_and_recovered(arm: Rig, kind: FaultKind,
                                               fault_report) -> None:
+    row = fault_report.row(f'serial fault while a chunk runs: {kind.value}',
+                           note='a burst per run; counted on /diagnostics, motion continued; '
+                                'unsafe: goal writes beyond max_relative_target')
     names, retried = FAULTS[kind]
     arm.emu.goal_writes(clear=True)
     start_slow_ramp(arm)
     before = counters(arm)
-    arm.emu.inject(kind, [PAN], count=BURST)
-    arm.wait(lambda: arm.emu.pending_faults() == 0, f'the {kind.value} burst consumed')
-    burst_end = time.monotonic()
-    arm.wait(lambda: any(counters(arm)[k] > before[k] for k in names),
-             f'/diagnostics counting {kind.value} in {names}')
-    after = counters(arm)
-    if retried:
-        assert after['bus.retries'] > before['bus.retries'], (before, after)
-    assert arm.proc.alive, arm.proc.log_text(3000)
-    assert_flowing_and_healthy(arm)
-    assert_goals_within_clamp(arm, burst_end)
-    assert 'Traceback' not in arm.proc.log_text(), arm.proc.log_text(3000)
-    fault_report.add(f'serial fault while a chunk runs: {kind.value}', BURST, BURST,
-                     note='counted on /diagnostics, motion continued within the clamp')
+    with row.injection(BURST):
+        arm.emu.inject(kind, [PAN], count=BURST)
+        arm.wait(lambda: arm.emu.pending_faults() == 0, f'the {kind.value} burst consumed')
+        burst_end = time.monotonic()
+        arm.wait(lambda: any(counters(arm)[k] > before[k] for k in names),
+                 f'/diagnostics counting {kind.value} in {names}')
+        after = counters(arm)
+        if retried:
+            assert after['bus.retries'] > before['bus.retries'], (before, after)
+        assert arm.proc.alive, arm.proc.log_text(3000)
+        assert_flowing_and_healthy(arm)
+        assert_goals_within_clamp(arm, burst_end, row)
+        assert 'Traceback' not in arm.proc.log_text(), arm.proc.log_text(3000)
 
 
 def test_voltage_error_bit_warns_without_latching(arm: Rig) -> None:

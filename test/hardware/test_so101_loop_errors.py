@@ -61,6 +61,9 @@ def arm_status(arr: DiagnosticArray) -> DiagnosticStatus | None:
 
 def test_one_exception_holds_reports_error_and_the_loop_goes_on(tmp_path,
                                                                fault_report) -> None:
+    row = fault_report.row('control-loop exception (driver)',
+                           note='held, ERROR on /diagnostics, loop alive')
+    row.injections += 1  # the driver raises in its 30th cycle
     emu, node = start(tmp_path, first=30, every=False)
     probe = RosProbe('loop_error_probe')
     try:
@@ -84,8 +87,7 @@ def test_one_exception_holds_reports_error_and_the_loop_goes_on(tmp_path,
         diags.wait_for(lambda a: (s := arm_status(a)) is not None
                        and s.level == DiagnosticStatus.OK, timeout_s=WAIT_S,
                        what='OK after resume', since=len(diags))
-        fault_report.add('control-loop exception (driver)', 1, 1,
-                         note='held, ERROR on /diagnostics, loop alive')
+        row.survived += 1
     except AssertionError:
         print(node.log_text(tail=3000))
         raise
@@ -97,14 +99,16 @@ def test_one_exception_holds_reports_error_and_the_loop_goes_on(tmp_path,
 
 def test_an_exception_in_every_cycle_disables_torque_and_exits_70(tmp_path,
                                                                    fault_report) -> None:
+    row = fault_report.row('control-loop exception in every cycle (driver)',
+                           note='torque off, exit 70 (no dead thread with torque on)')
+    row.injections += 1  # the driver raises in every cycle from its 5th
     emu, node = start(tmp_path, first=5, every=True)
     try:
         wait_until(lambda: not node.alive, 60.0, 'the driver to give up', [])
         assert node.returncode == LOOP_FAILURE_EXIT, node.log_text(tail=3000)
         assert [emu.register(i, 'Torque_Enable') for i in range(1, 7)] == [0] * 6
         assert 'control loop cannot continue' in node.log_text()
-        fault_report.add('control-loop exception in every cycle (driver)', 1, 1,
-                         note='torque off, exit 70 (no dead thread with torque on)')
+        row.survived += 1
     finally:
         node.stop()
         emu.stop()

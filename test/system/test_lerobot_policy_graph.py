@@ -119,6 +119,9 @@ class FakeExecutor:
 
 def test_faults_are_counted_on_diagnostics_and_the_node_keeps_serving(
         launch_node, probe, act_checkpoint, tmp_path, fault_report) -> None:
+    row = fault_report.row('policy model faults (missing checkpoint, inference error, '
+                           'timeout)', note='counted on /diagnostics, nodes up; unsafe: a chunk '
+                                            'published from a failed or timed-out inference')
     params = graph.default_params_file('sim')
     # Three policy nodes in their own namespaces: inputs that make inference raise (joint
     # states without the gripper), an inference timeout, and a checkpoint that does not exist.
@@ -147,28 +150,31 @@ def test_faults_are_counted_on_diagnostics_and_the_node_keeps_serving(
             return st if st is not None and pred(st, values(st)) else None
         return wait_until(check, LOAD_S, f'{ns} policy diagnostics', procs, poll_s=0.2)
 
-    missing = diag_where('missing', lambda s, v: s.level == DiagnosticStatus.ERROR)
-    v = values(missing)
-    assert v['load_state'] == 'failed' and 'no_checkpoint does not exist' in v['load_error']
-    assert 'policy not loaded' in missing.message
-    failing = diag_where('failing', lambda s, v: int(v['failures']) >= 2)
-    assert failing.level == DiagnosticStatus.WARN
-    assert "joint_states lacks ['gripper']" in values(failing)['last_error']
-    slow = diag_where('slow', lambda s, v: int(v['timeouts']) >= 2)
-    assert slow.level == DiagnosticStatus.WARN and values(slow)['chunks_published'] == '0'
+    with row.injection():  # a checkpoint that does not exist
+        missing = diag_where('missing', lambda s, v: s.level == DiagnosticStatus.ERROR)
+        v = values(missing)
+        assert v['load_state'] == 'failed' and 'no_checkpoint does not exist' in v['load_error']
+        assert 'policy not loaded' in missing.message
+    with row.injection():  # inputs that make inference raise
+        failing = diag_where('failing', lambda s, v: int(v['failures']) >= 2)
+        assert failing.level == DiagnosticStatus.WARN
+        assert "joint_states lacks ['gripper']" in values(failing)['last_error']
+    with row.injection():  # an inference timeout
+        slow = diag_where('slow', lambda s, v: int(v['timeouts']) >= 2)
+        assert slow.level == DiagnosticStatus.WARN
     # The failing node serves again once its inputs are complete; the others stay silent.
     fakes['failing'].joint_names = list(JOINT_NAMES)
     diag_where('failing', lambda s, v: s.level == DiagnosticStatus.OK
                and int(v['chunks_published']) >= 1)
     chunk = fakes['failing'].chunks.wait_for(timeout_s=5.0,
                                              what='a chunk once the joints are complete')
+    missing_again = diag_where('missing', lambda s, v: True)  # still up, still reporting
+    row.record(unsafe=len(fakes['slow'].chunks) + len(fakes['missing'].chunks))
     assert chunk.horizon == CHUNK and list(chunk.action_names) == list(JOINT_NAMES)
     assert len(fakes['slow'].chunks) == 0 and len(fakes['missing'].chunks) == 0
-    missing_again = diag_where('missing', lambda s, v: True)  # still up, still reporting
+    assert values(slow)['chunks_published'] == '0'
     assert missing_again.level == DiagnosticStatus.ERROR
     assert all(p.alive for p in procs)
-    fault_report.add('policy model faults (missing checkpoint, inference error, timeout)', 3, 3,
-                     note='counted on /diagnostics, nodes up, no chunk from a failed inference')
 
 
 def build_flat(kind: str, out: Path) -> Path:

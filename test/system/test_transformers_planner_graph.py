@@ -18,8 +18,9 @@ from lerobot_lang_msgs.action import RunTask
 from lerobot_lang_msgs.msg import LanguageContext, RuntimeStatus
 from lerobot_lang_msgs.srv import AskVqa
 from lerobot_lang_nodes.nodes import qos
+from lerobot_lang_nodes.testing import require_ml
 
-pytest.importorskip('transformers')
+require_ml('transformers')
 from lerobot_lang_nodes.core import prompts  # noqa: E402
 from lerobot_lang_nodes.tiny_models import vlm  # noqa: E402
 
@@ -160,6 +161,10 @@ def test_vqa_answers_depend_on_the_scene_image(launch_node, probe, scene):
 def test_unloadable_model_keeps_the_node_up_and_reports_it(launch_node, probe, scene,
                                                           tmp_path, broken, fault_report):
     import shutil
+    row = fault_report.row('planner model directory missing or corrupt',
+                           note='ERROR on /diagnostics every period, vqa/run_task refused, no '
+                                'exit')
+    row.injections += 1
     if broken == 'missing':
         path, expected = tmp_path / 'no_such_model', 'does not exist'
     else:
@@ -197,48 +202,52 @@ def test_unloadable_model_keeps_the_node_up_and_reports_it(launch_node, probe, s
     client.destroy()
     assert proc.alive, proc.log_text(tail=3000)
     assert proc.log_text().count('failed to load') == 1
-    fault_report.add('planner model directory missing or corrupt', 1, 1,
-                     note='ERROR on /diagnostics every period, vqa/run_task refused, no exit')
+    row.survived += 1
 
 
 def test_timeout_and_empty_output_are_counted_and_the_node_keeps_serving(launch_node, probe,
                                                                           scene, fault_report):
+    row = fault_report.row('planner generation that does not end (timeout)',
+                           note='counted, the previous text stays')
     model, prompts_file = scene
     diag = probe.subscribe(DiagnosticArray, 'diagnostics', qos.STATUS)
     ctx = probe.subscribe(LanguageContext, 'language_context', qos.LATCHED)
     proc = start_planner(launch_node, probe, model, prompts_file, generation_timeout_s=1e-4)
     wait_status(diag, ready, 'the model loaded')
     task = probe.publisher(String, 'task', qos.LATCHED, wait_subscribers=1)
-    task.publish(String(data=vlm.SCENE_TASK))
-    status = wait_status(diag, lambda s, v: v.get('timeouts.subtask') == '1', 'a timeout')
-    assert status.level == status.WARN and values_of(status)['failures.subtask'] == '1'
-    assert ctx.last.task == vlm.SCENE_TASK and ctx.last.subtask == ''
-    assert proc.alive
-    fault_report.add('planner generation that does not end (timeout)', 1, 1,
-                     note='counted, the previous text stays')
+    with row.injection():
+        task.publish(String(data=vlm.SCENE_TASK))
+        status = wait_status(diag, lambda s, v: v.get('timeouts.subtask') == '1', 'a timeout')
+        assert status.level == status.WARN and values_of(status)['failures.subtask'] == '1'
+        assert ctx.last.task == vlm.SCENE_TASK and ctx.last.subtask == ''
+        assert proc.alive
 
 
 def test_empty_output_is_counted_and_the_node_keeps_serving(launch_node, probe, scene,
                                                            fault_report):
+    row = fault_report.row('planner output that is not text (empty generation)',
+                           note='counted, the node keeps serving')
     model, prompts_file = scene
     diag = probe.subscribe(DiagnosticArray, 'diagnostics', qos.STATUS)
     ctx = probe.subscribe(LanguageContext, 'language_context', qos.LATCHED)
     proc = start_planner(launch_node, probe, model, prompts_file)
     wait_status(diag, ready, 'the model loaded')
     task = probe.publisher(String, 'task', qos.LATCHED, wait_subscribers=1)
-    task.publish(String(data=MUTE_TASK))
-    wait_status(diag, lambda s, v: v.get('empty.subtask') == '1', 'an empty subtask counted')
-    assert ctx.wait_for(lambda m: m.task == MUTE_TASK).subtask == ''
-    task.publish(String(data=vlm.SCENE_TASK))
-    ctx.wait_for(lambda m: m.subtask == vlm.scene_steps('red')[0], timeout_s=30.0,
-                 what='the node still serving after an empty generation')
-    assert proc.alive
-    fault_report.add('planner output that is not text (empty generation)', 1, 1,
-                     note='counted, the node keeps serving')
+    with row.injection():
+        task.publish(String(data=MUTE_TASK))
+        wait_status(diag, lambda s, v: v.get('empty.subtask') == '1',
+                    'an empty subtask counted')
+        assert ctx.wait_for(lambda m: m.task == MUTE_TASK).subtask == ''
+        task.publish(String(data=vlm.SCENE_TASK))
+        ctx.wait_for(lambda m: m.subtask == vlm.scene_steps('red')[0], timeout_s=30.0,
+                     what='the node still serving after an empty generation')
+        assert proc.alive
 
 
 def test_exception_in_generation_is_counted_and_the_node_keeps_serving(launch_node, probe,
                                                                        tmp_path, fault_report):
+    row = fault_report.row('planner generation raising (an out-of-memory style failure)',
+                           note='counted on /diagnostics, the node keeps serving')
     # A text-only checkpoint asked about an image raises inside generate().
     model = vlm.build_tiny_text_lm(tmp_path / 'lm', vlm.example_texts(
         vlm.scene_planner_examples()))
@@ -258,13 +267,14 @@ def test_exception_in_generation_is_counted_and_the_node_keeps_serving(launch_no
         if 'no image' not in reply.message or time.monotonic() > deadline:
             break
         time.sleep(0.05)
-    assert not reply.success and 'no answer' in reply.message
-    status = wait_status(diag, lambda s, v: v.get('failures.vqa') == '1', 'a counted failure')
-    assert status.level == status.WARN
-    task = probe.publisher(String, 'task', qos.LATCHED, wait_subscribers=1)
-    task.publish(String(data=vlm.SCENE_TASK))
-    ctx.wait_for(lambda m: m.task == vlm.SCENE_TASK, timeout_s=30.0)
-    wait_status(diag, lambda s, v: 'latency_last_s.subtask' in v, 'a subtask generated after')
-    fault_report.add('planner generation raising (an out-of-memory style failure)', 1, 1,
-                     note='counted on /diagnostics, the node keeps serving')
-    assert proc.alive
+    with row.injection():  # the question that made generate() raise
+        assert not reply.success and 'no answer' in reply.message
+        status = wait_status(diag, lambda s, v: v.get('failures.vqa') == '1',
+                             'a counted failure')
+        assert status.level == status.WARN
+        task = probe.publisher(String, 'task', qos.LATCHED, wait_subscribers=1)
+        task.publish(String(data=vlm.SCENE_TASK))
+        ctx.wait_for(lambda m: m.task == vlm.SCENE_TASK, timeout_s=30.0)
+        wait_status(diag, lambda s, v: 'latency_last_s.subtask' in v,
+                    'a subtask generated after')
+        assert proc.alive
