@@ -47,6 +47,9 @@ from lerobot_lang_nodes.nodes.params import declare_config, reject_unknown_param
 logger = logging.getLogger(__name__)
 
 DIRECT_PREFIX = 'direct:'
+# Why an executor is paused when the planner did not pause it (RunTask feedback).
+PAUSE_REASON = ('the executor is paused: by /pause, or at start on the real arm until the '
+                'first /resume')
 
 
 @dataclass(frozen=True)
@@ -223,6 +226,7 @@ class PlannerNode(Node):
         self._last_boundary = float('-inf')
         self._chunk_revision = -1  # newest context revision of a chunk seen on action_chunk
         self._outcome: TaskOutcome | None = None
+        self._outcome_at = float('-inf')  # node time the outcome arrived
         self._published: LanguageSnapshot | None = None
         self._subtask_history: list[str] = []
         self._goal_handle = None  # the RunTask goal being executed, for feedback
@@ -252,13 +256,17 @@ class PlannerNode(Node):
                                                      self._on_interjection)
         self.create_subscription(ActionChunk, 'action_chunk', self._on_chunk, qos.COMMAND)
         self.create_subscription(RuntimeStatus, 'runtime_status', self._on_status, qos.STATUS)
-        self.create_subscription(TaskOutcome, 'task_outcome', self._on_outcome, qos.LATCHED)
+        self._outcome_topic = self.resolve_topic_name('task_outcome')
+        # The simulator's outcome is latched; an operator's may come from ros2cli defaults.
+        CommandSubscription(self, TaskOutcome, 'task_outcome',
+                            lambda msg, _sent: self._on_outcome(msg))
         self._look_queued = False  # a look job for a new observation waits for the worker
         self.observations = LatestObservations(self, self.cfg.cameras,
                                                self.cfg.image_topic_pattern,
                                                self.cfg.ground_truth_topic,
                                                on_update=self._on_observation,
                                                on_truth=self._on_truth)
+        self._pause_reason = PAUSE_REASON  # why the executor is paused, for RunTask feedback
         self._pause_client = self.create_client(Trigger, self.cfg.pause_service,
                                                 callback_group=MutuallyExclusiveCallbackGroup())
         self.create_service(AskVqa, 'vqa', self._on_vqa, callback_group=cb,
@@ -298,6 +306,7 @@ class PlannerNode(Node):
     def _on_outcome(self, msg: TaskOutcome) -> None:
         with self._lock:
             self._outcome = msg
+            self._outcome_at = self._now_s()
 
     def _restore_state(self) -> bool:
         """Resume task, subtask, memory, plan and revision from ``state_file``."""
@@ -434,6 +443,8 @@ class PlannerNode(Node):
         if msg.context_revision > self.state.revision:
             self._submit(self._job_revision_floor, int(msg.context_revision))
         if msg.mode in ('action', 'paused') and msg.mode != self.state.mode:
+            if msg.mode == 'action':
+                self._pause_reason = PAUSE_REASON
             self._submit(self._job_set_mode, msg.mode)
         if self.cfg.regen_on != 'refill':
             return
@@ -678,6 +689,17 @@ class PlannerNode(Node):
                                    f'memory={snap.memory!r}')
 
     # --- VQA ----------------------------------------------------------------------------
+    def _vqa_problem(self, question: str) -> str:
+        """Why the backend cannot answer (its optional ``vqa_problem``), '' if it can."""
+        check = getattr(self.generator.impl, 'vqa_problem', None)
+        if not callable(check):
+            return ''
+        future = self._submit(lambda: check(question, self.observation()))
+        try:
+            return str(future.result(timeout=10.0) or '')
+        except concurrent.futures.TimeoutError:
+            return ''  # busy: let the answer itself tell
+
     def _pause_robot(self) -> str:
         if not self._pause_client.wait_for_service(timeout_sec=self.cfg.service_timeout_s):
             return f'pause service {self.cfg.pause_service!r} not available'
@@ -720,12 +742,21 @@ class PlannerNode(Node):
             response.success = False
             response.message = f'unknown camera {camera!r}; cameras: {list(self.cfg.cameras)}'
             return response
+        problem = ('' if self.observations.image(camera) is not None else
+                   f'no image received yet from camera {camera!r}') or \
+            self._vqa_problem(question)
+        if problem:  # nothing will answer: do not stop the arm for it
+            response.success, response.message = False, problem
+            self.get_logger().warning(f'VQA {question!r} not answered: {problem}',
+                                      throttle_duration_sec=5.0)
+            return response
         if self.cfg.vqa_pause:
             error = self._pause_robot()
             if error:
                 response.success, response.message = False, f'{error}; not answering unpaused'
                 return response
             self._submit(self._job_set_mode, 'paused').result(timeout=10.0)
+            self._pause_reason = f'paused to answer the question {question!r}'
         image = self.observations.image(camera)
         if image is None:
             response.success = False
@@ -763,6 +794,18 @@ class PlannerNode(Node):
                                                      or self.cfg.direct_subtask):
             return self._end_goal(handle.abort, RunTask.Result(
                 success=False, message=self.generator.error, subtasks=[]))
+        if goal.time_limit_s <= 0 and not self.count_publishers(self._outcome_topic):
+            # Nothing could ever end it: say so instead of running until cancelled.
+            message = (f'nothing judges success on this graph (no publisher on '
+                       f'{self._outcome_topic}; the real arm has no success detector): give '
+                       'time_limit_s, or judge the task yourself while it runs: `ros2 topic '
+                       'pub --once --keep-alive 2 --qos-durability transient_local '
+                       f'--qos-reliability reliable {self._outcome_topic} '
+                       'lerobot_lang_msgs/msg/TaskOutcome '
+                       f'"{{goal: \'{goal.task.strip()}\', success: true}}"`')
+            self.get_logger().warning(f'RunTask {goal.task.strip()!r} aborted: {message}')
+            return self._end_goal(handle.abort, RunTask.Result(
+                success=False, message=message, subtasks=[]))
         self._submit(self._job_set_task, goal.task.strip(), bool(goal.direct_subtask),
                      time.time_ns()).result(timeout=60.0)
         start_rev = self.state.revision
@@ -784,11 +827,20 @@ class PlannerNode(Node):
         finally:
             self._goal_handle = None
 
+    def _progress(self, snap: LanguageSnapshot) -> str:
+        """RunTask's progress line: the subtask, or that the robot is paused, why, and how to
+        go on (a goal sent to a paused executor otherwise just sits)."""
+        if snap.mode != 'paused':
+            return f'subtask {len(self._subtask_history)}: {snap.subtask}'
+        resume = self.resolve_topic_name(self.cfg.pause_service).rsplit('/', 1)[0] + '/resume'
+        return (f'paused ({self._pause_reason}): the robot holds; resume with `ros2 service '
+                f'call {resume} std_srvs/srv/Trigger` or `lerobot-lang resume`; next subtask '
+                f'{len(self._subtask_history)}: {snap.subtask}')
+
     def _send_feedback(self, handle, snap: LanguageSnapshot) -> None:
         try:
             handle.publish_feedback(RunTask.Feedback(
-                subtask=snap.subtask, memory=snap.memory,
-                progress=f'subtask {len(self._subtask_history)}: {snap.subtask}'))
+                subtask=snap.subtask, memory=snap.memory, progress=self._progress(snap)))
         except _rclpy.RCLError as exc:  # repeated at feedback_hz anyway
             self.get_logger().warning(f'RunTask feedback not published: {exc}',
                                       throttle_duration_sec=5.0)
@@ -825,8 +877,14 @@ class PlannerNode(Node):
             return self._end_goal(handle.abort, RunTask.Result(
                 success=False, message=f'task replaced by {snap.task!r}', subtasks=subtasks))
         with self._lock:
-            outcome = self._outcome
-        if outcome is not None and outcome.success and outcome.context_revision >= start_rev:
+            outcome, outcome_at = self._outcome, self._outcome_at
+        # The simulator judges the planner's context (revision); an operator judges by the
+        # task's text (revision 0) while the goal runs.
+        judged = outcome is not None and outcome.success and (
+            outcome.context_revision >= start_rev
+            or (outcome.context_revision == 0 and outcome.goal.strip() == goal.task.strip()
+                and outcome_at >= start_s))
+        if judged:
             return self._end_goal(handle.succeed, RunTask.Result(
                 success=True, message=f'succeeded: {outcome.detail}', subtasks=subtasks))
         elapsed = self._now_s() - start_s

@@ -63,6 +63,19 @@ class ScriptedPlanner:
                              'memory, interjection, vqa')
         return handler(messages, obs)
 
+    def vqa_problem(self, question: str, observation: Mapping | None) -> str:
+        """Why no answer can come ('' if one can), checked before the robot is paused."""
+        if not (observation or {}).get('ground_truth'):
+            return ('the scripted planner answers only from the simulator\'s ground truth '
+                    '(none here: a real arm, or ground_truth_topic empty); for questions '
+                    'about camera images run a VLM planner (backend transformers with a VLM '
+                    'checkpoint, see the README\'s "Backends")')
+        if not self._vqa([{'content': question}], observation or {}):
+            return ('the scripted planner cannot answer that: it answers what is in the '
+                    'gripper or the bowl, where a cube is, whether a cube is in the bowl, how '
+                    'many cubes there are and which colours')
+        return ''
+
     def _goal_for(self, task: str, obs: Mapping) -> tasks.TaskSpec | None:
         language = obs.get('language')
         plan = getattr(language, 'plan', '') if language is not None else ''
