@@ -12,8 +12,9 @@ import pytest
 from lerobot_lang_nodes.core import prompts
 from lerobot_lang_nodes.core.high_level import HighLevelConfig, HighLevelPlanner
 from lerobot_lang_nodes.core.language import LanguageState
+from lerobot_lang_nodes.testing import require_ml
 
-pytest.importorskip('transformers')
+require_ml('transformers')
 from lerobot_lang_nodes.backends.planners.transformers_planner import (  # noqa: E402
     GenerationTimeout, ModelLoadError, TransformersPlanner, inspect_checkpoint)
 from lerobot_lang_nodes.tiny_models import vlm  # noqa: E402

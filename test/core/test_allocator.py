@@ -37,7 +37,7 @@ def _new_mappings(env_value: str | None) -> int:
 
 
 @pytest.mark.skipif(platform.libc_ver()[0] != 'glibc' or sys.platform != 'linux',
-                    reason='glibc malloc on Linux')
+                    reason='platform: needs glibc malloc on Linux')
 def test_a_frame_sized_block_comes_from_the_heap_unless_the_defaults_are_asked_for():
     assert _new_mappings(None) == 0  # the nodes' setting: no mapping (and no faults) per frame
     assert _new_mappings('default') >= 1  # glibc's own threshold (128 KiB) maps it

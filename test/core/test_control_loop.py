@@ -130,7 +130,8 @@ def _in_thread(fn):
     return out['r']
 
 
-@pytest.mark.skipif(not hasattr(os, 'sched_setscheduler'), reason='Linux scheduling API')
+@pytest.mark.skipif(not hasattr(os, 'sched_setscheduler'),
+                    reason='platform: needs the Linux scheduling API')
 def test_set_realtime_applies_sched_fifo_to_its_thread_or_says_why_not():
     switch = sys.getswitchinterval()
     try:

@@ -6,6 +6,7 @@ import subprocess
 import time
 from pathlib import Path
 
+import cv2
 import numpy as np
 import pytest
 import yaml
@@ -14,7 +15,6 @@ from sensor_msgs.msg import CameraInfo, CompressedImage, Image
 from lerobot_lang_nodes.nodes import convert, qos
 from lerobot_lang_nodes.testing import node_command
 
-cv2 = pytest.importorskip('cv2')
 MODULE = 'lerobot_lang_nodes.nodes.camera_node'
 
 

@@ -56,7 +56,7 @@ def test_unplugged_source_stops_publishing_and_resumes(launch_node, probe, tmp_p
 
 
 def test_video_file_end_without_loop_keeps_node_alive(launch_node, probe, tmp_path) -> None:
-    cv2 = pytest.importorskip('cv2')
+    import cv2
     video = tmp_path / 'short.avi'
     out = cv2.VideoWriter(str(video), cv2.VideoWriter_fourcc(*'MJPG'), 30.0, (64, 48))
     assert out.isOpened(), 'OpenCV cannot write MJPG AVI here'

@@ -18,8 +18,6 @@ import pytest
 
 from lerobot_lang_nodes.sim.camera_worker import CameraWorker, RenderStopped
 
-pytest.importorskip('mujoco')
-
 
 class Frames:
     """The worker's deliveries; ``gate`` (when set) holds the worker inside deliver."""
@@ -147,7 +145,7 @@ w.close()
 """
 
 
-@pytest.mark.skipif(not Path('/proc/self/task').is_dir(), reason='needs Linux /proc')
+@pytest.mark.skipif(not Path('/proc/self/task').is_dir(), reason='platform: needs Linux /proc')
 def test_nice_lowers_the_render_thread_and_the_threads_it_starts_only():
     base = os.getpriority(os.PRIO_PROCESS, 0)
     out = subprocess.run([sys.executable, '-c', NICE_CHILD, '7'], capture_output=True,

@@ -56,7 +56,7 @@ def test_thread_priority_puts_the_simulation_thread_alone_under_sched_fifo(
 
     from diagnostic_msgs.msg import DiagnosticArray
     if not sys.platform.startswith('linux'):
-        pytest.skip('/proc and SCHED_FIFO')
+        pytest.skip('platform: needs Linux /proc and SCHED_FIFO')
     sim = launch_node('lerobot_lang_nodes.nodes.sim_bridge_node',
                       params={'cameras': ['front'], 'thread_priority': 20,
                               'real_time_factor': real_time_factor})

@@ -14,10 +14,11 @@ from pathlib import Path
 import pytest
 
 from lerobot_lang_nodes.core import prompts
+from lerobot_lang_nodes.testing import require_ml
 from lerobot_lang_nodes.training.planner import (Candidate, Frame, cap_examples,
                                                   memory_candidates, subtask_candidates)
 
-pytest.importorskip('lerobot.datasets.language_render')
+require_ml('lerobot.datasets.language_render')
 
 ROOT = Path(__file__).resolve().parents[2]
 FPS = 10.0

@@ -7,16 +7,14 @@ import threading
 
 import av
 import numpy as np
-import pytest
 from PIL import Image as PilImage
+import sensor_msgs.msg as sensor_msgs
 
+import lerobot_lang_msgs.msg as lerobot_lang_msgs
 from lerobot_lang_nodes.nodes import qos
 from lerobot_lang_nodes.testing import wait_until
 from lerobot_lang_nodes.viewer.client import MjpegStreamReader
 from lerobot_lang_nodes.viewer.compose import Annotation, Composer
-
-sensor_msgs = pytest.importorskip('sensor_msgs.msg')
-lerobot_lang_msgs = pytest.importorskip('lerobot_lang_msgs.msg')
 
 MODULE = 'lerobot_lang_nodes.nodes.viewer_node'
 HOST = '127.0.0.1'
