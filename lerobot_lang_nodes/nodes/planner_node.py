@@ -14,6 +14,7 @@ from __future__ import annotations
 import concurrent.futures
 import json
 import logging
+import os
 import queue
 import threading
 import time
@@ -278,6 +279,8 @@ class PlannerNode(Node):
                                     callback_group=cb)
         self._diagnostics = DiagnosticsPublisher(self, 'text generation', self._status,
                                                  self.cfg.diagnostics_period_s)
+        self._shared_domain = ''  # what another graph in this domain publishes ('' = none)
+        self.create_timer(1.0, self._check_shared_domain)
         self._submit(self._job_load, backend_cls)  # first job: every later one waits for it
         resumed = self._restore_state()
         if not resumed and self.cfg.revision_wait_s > 0:
@@ -440,7 +443,8 @@ class PlannerNode(Node):
         if not self._status_seen.is_set():
             self._first_status = msg
             self._status_seen.set()
-        if msg.context_revision > self.state.revision:
+        if msg.context_revision > self.state.revision and not self._check_shared_domain():
+            # Never follow another graph's executor: two planners would ratchet each other.
             self._submit(self._job_revision_floor, int(msg.context_revision))
         if msg.mode in ('action', 'paused') and msg.mode != self.state.mode:
             if msg.mode == 'action':
@@ -544,6 +548,8 @@ class PlannerNode(Node):
             values.update(backend_values())
         if gen.state == 'failed':
             return 'error', gen.error, values
+        if self._shared_domain:
+            return 'error', self._shared_domain, values
         if gen.state == 'loading':
             return 'warn', 'loading the planner backend', values
         failures = sum(self.planner.failures.values())
@@ -627,6 +633,30 @@ class PlannerNode(Node):
         # The observation's version is read first: what the generator sees is as new or newer.
         observed = self._observed()
         self.planner.on_chunk_boundary(self._now_s(), self.observation(), observed)
+
+    def _check_shared_domain(self) -> str:
+        """A second planner or executor on this graph's topics (two bring-ups in one ROS
+        domain and namespace): said once on the log, kept on /diagnostics while it lasts."""
+        found = []
+        for topic in (self._ctx_pub.topic_name, self.resolve_topic_name('runtime_status')):
+            infos = self.get_publishers_info_by_topic(topic)
+            if len(infos) > 1:  # this planner; the one executor (driver or bridge)
+                names = sorted({f"{i.node_namespace.rstrip('/')}/{i.node_name}" for i in infos})
+                found.append(f'{len(infos)} publishers of {topic} ({", ".join(names)})')
+        problem = ''
+        if found:
+            problem = (f"another graph shares this ROS domain "
+                       f"(ROS_DOMAIN_ID={os.environ.get('ROS_DOMAIN_ID', '0')}) and namespace "
+                       f"{self.get_namespace()!r}: {'; '.join(found)}. Their tasks and "
+                       'revisions mix; this planner no longer follows an executor\'s revision. '
+                       'Give each bring-up its own ROS_DOMAIN_ID (export ROS_DOMAIN_ID=<n> '
+                       'before starting it) or its own namespace (namespace:=/robot2)')
+        if problem and not self._shared_domain:
+            self.get_logger().error(problem)
+        elif self._shared_domain and not problem:
+            self.get_logger().info('no other graph in this domain any more')
+        self._shared_domain = problem
+        return problem
 
     def _job_revision_start(self) -> None:
         """Before any input: learn the executor's revision (a restart must not reuse one)."""
