@@ -78,11 +78,12 @@ def max_rss_mb(pid: int | str) -> float | None:
 
 # --- statistics ---------------------------------------------------------------------------
 def percentiles(values: list[float] | np.ndarray, scale: float = 1.0) -> dict[str, Any]:
-    """p50 / p99 / max of ``values`` * ``scale``, rounded; None entries when there is no data."""
+    """min / p50 / p99 / max of ``values`` * ``scale``, rounded; None entries when there is no
+    data."""
     arr = np.asarray(values, dtype=np.float64) * scale
     if arr.size == 0:
-        return {'p50': None, 'p99': None, 'max': None, 'n': 0}
-    return {'p50': round(float(np.percentile(arr, 50)), 3),
+        return {'min': None, 'p50': None, 'p99': None, 'max': None, 'n': 0}
+    return {'min': round(float(arr.min()), 3), 'p50': round(float(np.percentile(arr, 50)), 3),
             'p99': round(float(np.percentile(arr, 99)), 3),
             'max': round(float(arr.max()), 3), 'n': int(arr.size)}
 

@@ -226,10 +226,21 @@ def test_constrained_mode_picks_the_trained_candidate_and_reports_scores(
 def test_text_only_checkpoint_generates_and_refuses_images(tmp_path, prompts_file):
     path = vlm.build_tiny_text_lm(tmp_path / 'lm', vlm.example_texts(
         vlm.scene_planner_examples()))
-    text = TransformersPlanner(config(path, prompts_file, max_new_tokens=4))
+    text = TransformersPlanner(config(path, prompts_file, max_new_tokens=4, min_new_tokens=4))
     assert text.checkpoint.kind == 'text'
-    out = text.generate('subtask', prompts.subtask_messages(vlm.SCENE_TASK), None)
-    assert isinstance(out, str)
+    messages = prompts.subtask_messages(vlm.SCENE_TASK)
+    out = text.generate('subtask', messages, None)
+    # The model's own greedy continuation of the chat-templated prompt: four tokens (no end
+    # of turn before min_new_tokens), decoded.
+    import torch
+    ids, new = text.encode(messages)['input_ids'], []
+    with torch.inference_mode():
+        for _ in range(4):
+            logits = text.model(input_ids=ids).logits[0, -1]
+            logits[text.eos_ids] = -float('inf')
+            new.append(int(logits.argmax()))
+            ids = torch.cat([ids, torch.tensor([[new[-1]]])], dim=1)
+    assert out and out == text.tokenizer.decode(new, skip_special_tokens=True).strip()
     core = HighLevelPlanner(text, LanguageState())
     image = np.zeros((8, 8, 3), np.uint8)
     assert core.answer_vqa('what do you see?', image, 'front') == ''

@@ -56,5 +56,13 @@ def test_short_run_reports_every_figure(tmp_path):
     assert executor['dispatched'] > 100 and executor['rejected_invalid'] == 0
     assert 0 <= executor['starved_fraction'] < 1.0
     latency = report['chunk_latency_ms']
-    assert latency['n'] > 0 and _finite(latency['p50']) and latency['p50'] >= 0.0
+    assert latency['n'] > 0 and _finite(latency['p50'])
+    # No chunk's first action is dispatched before its observation's stamp (min 0: at the
+    # tick right after it), and a dispatch comes on a control tick: the stamps are ticks, so
+    # a latency is a whole number of periods.
+    assert 0.0 <= latency['min'] <= latency['p50'] <= latency['p99'] <= latency['max']
+    period_ms = 1000.0 / report['config']['ctrl_hz']
+    for key in ('min', 'max'):
+        assert latency[key] / period_ms == pytest.approx(round(latency[key] / period_ms),
+                                                         abs=1e-3), latency
     assert report['tasks']['sent'] >= 1
