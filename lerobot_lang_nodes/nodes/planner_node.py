@@ -39,8 +39,9 @@ from lerobot_lang_nodes.core.inputs import DEFAULT_MAX_TEXT_CHARS, text_problem
 from lerobot_lang_nodes.core.high_level import HighLevelConfig, HighLevelPlanner
 from lerobot_lang_nodes.core.language import LanguageSnapshot, LanguageState
 from lerobot_lang_nodes.core.scene_reset import Command, ResetOrdering
+from lerobot_lang_nodes.core.shared_domain import LiveSources
 from lerobot_lang_nodes.nodes import qos, runner
-from lerobot_lang_nodes.nodes.commands import CommandSubscription
+from lerobot_lang_nodes.nodes.commands import CommandSubscription, sample_key
 from lerobot_lang_nodes.nodes.diagnostics import DiagnosticsPublisher
 from lerobot_lang_nodes.nodes.observations import LatestObservations
 from lerobot_lang_nodes.nodes.params import declare_config, reject_unknown_parameters
@@ -280,6 +281,7 @@ class PlannerNode(Node):
         self._diagnostics = DiagnosticsPublisher(self, 'text generation', self._status,
                                                  self.cfg.diagnostics_period_s)
         self._shared_domain = ''  # what another graph in this domain publishes ('' = none)
+        self._status_sources = LiveSources()
         self.create_timer(1.0, self._check_shared_domain)
         self._submit(self._job_load, backend_cls)  # first job: every later one waits for it
         resumed = self._restore_state()
@@ -439,11 +441,15 @@ class PlannerNode(Node):
         if newer:
             self._submit(self._job_chunk_boundary)
 
-    def _on_status(self, msg: RuntimeStatus) -> None:
+    def _on_status(self, msg: RuntimeStatus, info: dict) -> None:
+        with self._lock:
+            self._status_sources.note(sample_key(info).split(':', 1)[0])  # the publisher
         if not self._status_seen.is_set():
             self._first_status = msg
             self._status_seen.set()
-        if msg.context_revision > self.state.revision and not self._check_shared_domain():
+        with self._lock:
+            one_executor = self._status_sources.single()
+        if msg.context_revision > self.state.revision and one_executor:
             # Never follow another graph's executor: two planners would ratchet each other.
             self._submit(self._job_revision_floor, int(msg.context_revision))
         if msg.mode in ('action', 'paused') and msg.mode != self.state.mode:
@@ -635,19 +641,19 @@ class PlannerNode(Node):
         self.planner.on_chunk_boundary(self._now_s(), self.observation(), observed)
 
     def _check_shared_domain(self) -> str:
-        """A second planner or executor on this graph's topics (two bring-ups in one ROS
+        """A second live executor on this graph's status topic (two bring-ups in one ROS
         domain and namespace): said once on the log, kept on /diagnostics while it lasts."""
-        found = []
-        for topic in (self._ctx_pub.topic_name, self.resolve_topic_name('runtime_status')):
-            infos = self.get_publishers_info_by_topic(topic)
-            if len(infos) > 1:  # this planner; the one executor (driver or bridge)
-                names = sorted({f"{i.node_namespace.rstrip('/')}/{i.node_name}" for i in infos})
-                found.append(f'{len(infos)} publishers of {topic} ({", ".join(names)})')
+        with self._lock:
+            executors = self._status_sources.rivals()
         problem = ''
-        if found:
+        if executors:
+            found = [f'{executors} executors publish {self.resolve_topic_name("runtime_status")}']
+            planners = self.count_publishers(self._ctx_pub.topic_name)
+            if planners > 1:
+                found.append(f'{planners} publishers of {self._ctx_pub.topic_name}')
             problem = (f"another graph shares this ROS domain "
                        f"(ROS_DOMAIN_ID={os.environ.get('ROS_DOMAIN_ID', '0')}) and namespace "
-                       f"{self.get_namespace()!r}: {'; '.join(found)}. Their tasks and "
+                       f"{self.get_namespace()!r}: {', '.join(found)}. Their tasks and "
                        'revisions mix; this planner no longer follows an executor\'s revision. '
                        'Give each bring-up its own ROS_DOMAIN_ID (export ROS_DOMAIN_ID=<n> '
                        'before starting it) or its own namespace (namespace:=/robot2)')

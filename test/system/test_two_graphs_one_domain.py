@@ -55,4 +55,6 @@ def test_a_second_graph_in_the_domain_is_reported_and_revisions_do_not_ratchet(
     for planner in planners:
         text = planner.log_text()
         assert text.count(MESSAGE) == 1, text[-3000:]
-        assert 'newer than this planner' not in text, text[-3000:]
+        # At most the start-up adoption of the first status seen (a restarted planner's
+        # rule), never a revision chased from the executors' status afterwards.
+        assert text.count('newer than this planner') <= 1, text[-3000:]
