@@ -119,11 +119,13 @@ class HighLevelPlanner:
         return self._direct
 
     def set_task(self, task: str, direct_subtask: bool = False, restate: bool = True,
-                 restart: bool = False) -> bool:
-        """Set the operator's task; in direct mode it also becomes the subtask at once.
+                 restart: bool = False, subtask: str = '') -> bool:
+        """Set the operator's task; in direct mode it (or ``subtask``) becomes the subtask.
 
         The same task again restarts it when an interjection re-planned meanwhile
-        (``restate``), or always with ``restart`` (LanguageState.set_task).
+        (``restate``), or always with ``restart`` (LanguageState.set_task). ``subtask``: the
+        operator's direct subtask under the task, set in one step (the previous subtask, not
+        the task, becomes its prior).
         """
         self._direct = bool(direct_subtask or self.cfg.direct_subtask)
         changed = self.state.set_task(task, source='operator', restate=restate,
@@ -131,8 +133,8 @@ class HighLevelPlanner:
         if changed:
             self.throttle.reset()
         if self._direct and self.state.task:
-            changed = self.state.set_subtask(self.state.task, source='operator') == 'changed' \
-                or changed
+            changed = self.state.set_subtask(subtask or self.state.task,
+                                             source='operator') == 'changed' or changed
         return changed
 
     def on_chunk_boundary(self, now_s: float, observation: Mapping | None = None,

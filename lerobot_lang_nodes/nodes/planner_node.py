@@ -587,8 +587,7 @@ class PlannerNode(Node):
             return
         self._resets.note('direct', text, True, sent_ns)
         # Same task: only the mode changes (an interjection's plan stays).
-        self.planner.set_task(task, direct_subtask=True, restate=False)
-        self.state.set_subtask(text, source='operator')
+        self.planner.set_task(task, direct_subtask=True, restate=False, subtask=text)
         self.get_logger().info(f'subtask (direct): {text!r}; task stays {task!r}')
 
     def _job_sim_reset(self, seed: Any, reset_ns: int | None) -> None:

@@ -122,3 +122,16 @@ def test_vqa_sees_what_is_held(truth):
                         {'ground_truth': copy.deepcopy(truth)}) == 'the red cube'
     assert gen.generate('vqa', prompts.vqa_messages('where is the red cube?', None),
                         {'ground_truth': truth}) == 'the red cube is in the gripper'
+
+
+def test_interjection_naming_a_cube_already_in_the_bowl_keeps_the_plan(planner, truth):
+    hl, state = planner
+    hl.set_task('put the blue cube in the bowl')
+    hl.regenerate(0.0, _obs(state, truth()))
+    assert state.subtask == 'reach the blue cube'
+    done = truth(in_bowl=True)  # the red cube already lies in the bowl
+    plan, speech = hl.interject('use the red cube instead', _obs(state, done))
+    assert plan == ''
+    assert speech == 'The red cube is already in the bowl; I will carry on as before.'
+    hl.regenerate(1.0, _obs(state, done))
+    assert state.subtask == 'reach the blue cube' and state.plan == ''

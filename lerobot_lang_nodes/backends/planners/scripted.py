@@ -128,6 +128,14 @@ class ScriptedPlanner:
         if spec is None:
             return ('<say>Sorry, I can only change which cube to use, e.g. "use the blue cube '
                     'instead".</say>')
+        truth = obs.get('ground_truth')
+        if truth and f'{spec.colour}_cube' in truth.get('objects', {}) and \
+                tasks.check_success(spec, truth):
+            # Nothing to do for it: say so and keep the current plan, instead of re-planning
+            # onto a goal that is met (the arm would only open its gripper and stop).
+            done = ('is already in the bowl' if spec.kind == 'place' else
+                    'is already held up')
+            return f'<say>The {spec.colour} cube {done}; I will carry on as before.</say>'
         return f'{spec.text} <say>OK, I will {spec.text} instead.</say>'
 
     def _vqa(self, messages: list[dict], obs: Mapping) -> str:
