@@ -116,6 +116,7 @@ class PlannerSession:
         self._lock = threading.Lock()
         self._jobs: queue.Queue = queue.Queue()
         self._worker: threading.Thread | None = None
+        self._closing = threading.Event()
         # Counters (on /diagnostics).
         self.refused_inputs = 0
         self.vqa_busy = 0
@@ -148,6 +149,7 @@ class PlannerSession:
         self._worker.start()
 
     def close(self, timeout_s: float = 5.0) -> None:
+        self._closing.set()  # a job waiting for the executor's first status gives up
         if self._worker is not None:
             self._jobs.put(None)
             self._worker.join(timeout=timeout_s)
@@ -439,12 +441,21 @@ class PlannerSession:
         if self.cfg.revision_wait_s > 0:
             self.submit(self._job_revision_start, executor_present)
 
+    def _wait_first_status(self, timeout_s: float) -> bool:
+        deadline = time.monotonic() + timeout_s  # a real wait, whatever clock is injected
+        while not self._first_status.wait(0.05):
+            if self._closing.is_set() or time.monotonic() >= deadline:
+                return False
+        return True
+
     def _job_revision_start(self, executor_present: Callable[[], bool]) -> None:
         half = self.cfg.revision_wait_s / 2
-        if not self._first_status.wait(half):
-            if not executor_present():
-                return  # no executor yet: a fresh system starts at 0
-            if not self._first_status.wait(half):
+        if not self._wait_first_status(half):
+            if self._closing.is_set() or not executor_present():
+                return  # shutting down, or no executor yet: a fresh system starts at 0
+            if not self._wait_first_status(half):
+                if self._closing.is_set():
+                    return
                 self._log(logging.WARNING,
                           f'no runtime_status within {self.cfg.revision_wait_s:.0f} s although '
                           'an executor publishes it; starting at revision 0')

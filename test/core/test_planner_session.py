@@ -246,3 +246,19 @@ def test_vqa_busy_problem_and_answer(rig):
     assert not session.vqa_slot() and session.vqa_busy == 1  # vqa_max_pending = 1
     session.vqa_done()
     assert session.answer_vqa('what is in the gripper?', 'front') == 'a cube'
+
+
+def test_close_ends_a_wait_for_the_executor_at_once():
+    """A planner stopped while it waits for the executor's first status (revision_wait_s)
+    ends then, instead of outliving its shutdown (Ctrl-C under ros2 launch took 5 s)."""
+    slot = BackendSlot()
+    session = PlannerSession(HighLevelPlanner(slot, LanguageState(), HighLevelConfig()), slot,
+                             SessionConfig(revision_wait_s=60.0), Observations(),
+                             clock=Clock(), log=lambda _lvl, _text: None)
+    session.load(Backend)
+    session.start_at_executor_revision(lambda: True)  # an executor exists but says nothing
+    session.start()
+    waiting = session.submit(lambda: 'after the wait')
+    assert not waiting.done()
+    session.close(timeout_s=5.0)
+    assert not session._worker.is_alive()
