@@ -32,6 +32,8 @@ import yaml
 
 from lerobot_lang_nodes import dds, graph
 from lerobot_lang_nodes.core.dispatch_file import read_dispatch_file
+from lerobot_lang_nodes.nodes.params import config_defaults
+from lerobot_lang_nodes.nodes.sim_bridge_node import SimBridgeConfig
 from lerobot_lang_nodes.testing import NodeProcess, WaitTimeout, free_port, wait_until
 
 # nodes/runner.py's executor switch (not imported from there: that would import rclpy before
@@ -339,7 +341,8 @@ def run(args: argparse.Namespace, env: dict[str, str], t_start: float) -> dict[s
     dispatch_log = tmp / 'dispatch.jsonl'
     params_file, params = write_params(tmp, dispatch_log, args.viewer, args.target_rtf,
                                        args.param)
-    sim_params = params['sim_bridge']['ros__parameters']
+    # The params file sets what differs from the node's defaults; read both.
+    sim_params = {**config_defaults(SimBridgeConfig), **params['sim_bridge']['ros__parameters']}
     ctrl_hz = float(sim_params['ctrl_hz'])
     period = 1.0 / ctrl_hz
     # Same rounding as the sim loop: images go out on one tick in camera_every.

@@ -63,6 +63,11 @@ def describe(cls: type) -> list[dict[str, Any]]:
     return rows
 
 
+def config_defaults(cls: type) -> dict[str, Any]:
+    """Each parameter's default: what a node uses where its params file says nothing."""
+    return {row['name']: row['default'] for row in describe(cls)}
+
+
 def declare_config(node: Any, cls: type[C], *, prefix: str = '') -> C:
     """Declare every field of ``cls`` on ``node`` and return the validated config.
 

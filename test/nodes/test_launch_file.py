@@ -357,11 +357,12 @@ def test_a_params_file_with_namespaced_keys_is_honoured(launch_stand_ins, tmp_pa
     shipped = yaml.safe_load(graph.default_params_file('sim').read_text())
     own = {f'/**/{name}': block for name, block in shipped.items()}
     own['/**/planner']['ros__parameters']['high_level_hz'] = 2.5
+    own['/**/sim_bridge']['ros__parameters']['ctrl_hz'] = 50.0
     path = tmp_path / 'my_sim.yaml'
     path.write_text(yaml.safe_dump(own))
     _args, _nodes, params = launch('sim', params_file=str(path))
     assert node_params(params, 'planner')['high_level_hz'] == 2.5
-    assert node_params(params, 'sim_bridge')['ctrl_hz'] == 30.0
+    assert node_params(params, 'sim_bridge')['ctrl_hz'] == 50.0
 
 
 def test_sim_launch_file_starts_the_kitchen_bridge_from_its_environment(launch_stand_ins,
