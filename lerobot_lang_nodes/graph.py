@@ -417,7 +417,7 @@ def _real_params(v: dict[str, str], params_file: Path,
     Checked in memory (nothing written): a refusal names the user's robot YAML, or the launch
     arguments when there is none.
     """
-    from lerobot_lang_nodes.cli import real_config
+    from lerobot_lang_nodes import real_config
     robot: object = {}
     if v['robot_yaml']:
         robot = real_config.read_robot_yaml(Path(v['robot_yaml'])) or {}

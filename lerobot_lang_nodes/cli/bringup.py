@@ -255,7 +255,7 @@ def run(command: str, args: argparse.Namespace) -> int:
     cameras: tuple[str, ...] = ()
     # Built in memory and written once, into the session folder (no temporary files).
     if command == 'real':
-        from lerobot_lang_nodes.cli import real_config  # the hardware path adds this module
+        from lerobot_lang_nodes import real_config  # the hardware path adds this module
         try:
             robot = real_config.load_robot_yaml(args.robot_yaml)
             params = real_config.robot_parameters(robot, params_file,

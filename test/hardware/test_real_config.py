@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from lerobot_lang_nodes import graph, paths
-from lerobot_lang_nodes.cli import real_config
+from lerobot_lang_nodes import real_config
 from lerobot_lang_nodes.nodes.so101_driver_node import So101DriverConfig
 from lerobot_lang_nodes.so101.calibration import load_calibration
 from lerobot_lang_nodes.testing import EmulatorProcess, wait_until
