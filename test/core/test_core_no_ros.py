@@ -9,7 +9,7 @@ import textwrap
 from pathlib import Path
 
 CORE_MODULES = ('errors', 'executor', 'safety', 'language', 'prompts', 'high_level',
-                'camera_info', 'images', 'inference_gate')
+                'camera_info', 'images', 'inference_gate', 'policy_session')
 
 
 def test_core_imports_with_rclpy_blocked():
