@@ -11,11 +11,14 @@ meanwhile is discarded instead of published; one computed for the previous subta
 flush epoch is published (the executor may still run it, see the revision rules). A backend that
 cannot load (missing or corrupt checkpoint) leaves the node up, publishing the error on
 /diagnostics and no chunks, so the executor holds instead of the process crash-looping.
+
+Those decisions are ``core/policy_session.py``'s; this node converts messages, runs the
+backend on its thread and publishes.
 """
 
 from __future__ import annotations
 
-from collections import deque
+import logging
 import threading
 import time
 from dataclasses import dataclass, field
@@ -30,18 +33,13 @@ from std_msgs.msg import String
 from lerobot_lang_msgs.msg import ActionChunk, LanguageContext, RuntimeStatus
 from lerobot_lang_nodes.backends.registry import BackendNotFound, load_backend
 from lerobot_lang_nodes.core.inference_file import InferenceFile
-from lerobot_lang_nodes.core.inference_gate import ExecutorView, InferenceGate
-from lerobot_lang_nodes.core.prompts import action_instruction
-from lerobot_lang_nodes.core.rtc import ChunkContinuity
+from lerobot_lang_nodes.core.policy_session import (Inference, Joints, PolicySession,
+                                                    SessionConfig, StatusReport)
 from lerobot_lang_nodes.nodes import convert, qos, runner
 from lerobot_lang_nodes.nodes.commands import CommandSubscription
 from lerobot_lang_nodes.nodes.diagnostics import DiagnosticsPublisher
 from lerobot_lang_nodes.nodes.observations import LatestObservations
 from lerobot_lang_nodes.nodes.params import declare_config, reject_unknown_parameters
-
-# A chunk that the executor has not acknowledged after this long was lost or rejected.
-ACK_TIMEOUT_S = 1.0
-LATENCY_WINDOW = 100  # inferences behind the latency percentiles on /diagnostics
 
 
 @dataclass(frozen=True)
@@ -174,33 +172,16 @@ class PolicyNode(Node):
         self.backend: Any = None
         self._load_backend()
         self.action_names = tuple(self.backend.action_names) if self.backend else ()
-        self._lock = threading.Lock()
         self._wake = threading.Event()
-        self._joints: JointState | None = None
-        self._lang_ctx: LanguageContext | None = None
-        self._context_wall: float | None = None  # monotonic arrival of the context's revision
         self._inference_log = (InferenceFile(self.cfg.inference_log_path)
                                if self.cfg.inference_log_path else None)
-        self._task_revision = 0
-        self._task = ''
-        self._status: RuntimeStatus | None = None
-        self._status_wall = 0.0
-        self._sequence = 0
-        self.gate = InferenceGate(self.cfg.max_inference_hz, ACK_TIMEOUT_S)
-        self.discarded_in_flight = 0
-        self.failures = 0
-        self.timeouts = 0
-        self.expired = 0  # chunks already in the past when inferred, not published
-        self._expired_last = False
-        self.inferences = 0
-        self.chunks_published = 0
-        self.last_error = ''
-        self._last_outcome = ''  # 'ok' | 'failed' | 'timeout' | 'expired' of the last inference
-        self._latencies: deque[float] = deque(maxlen=LATENCY_WINDOW)
-        self._infer_started: float | None = None
-        self.continuity = ChunkContinuity()
-        self.rtc_guided = 0  # inferences given the executing chunk's left-over
-        self._rtc_delay = 0
+        self.session = PolicySession(
+            SessionConfig(condition_on=self.cfg.condition_on,
+                          max_inference_hz=self.cfg.max_inference_hz,
+                          status_timeout_s=self.cfg.status_timeout_s,
+                          inference_timeout_s=self.cfg.inference_timeout_s,
+                          rtc=bool(getattr(self.backend, 'rtc', False))),
+            clock=self._now_s, emit=self._emit, inference_log=self._inference_log)
 
         self._pub = self.create_publisher(ActionChunk, 'action_chunk', qos.COMMAND)
         self.create_subscription(JointState, self.cfg.state_topic, self._on_joints,
@@ -255,278 +236,105 @@ class PolicyNode(Node):
                                    f'{self.load_time_s:.1f} s')
 
     def _diagnostic_status(self) -> tuple[str, str, dict[str, Any]]:
-        with self._lock:
-            lat = np.asarray(self._latencies) * 1000.0
-            running = (time.monotonic() - self._infer_started
-                       if self._infer_started is not None else 0.0)
-            values: dict[str, Any] = {
-                'backend': self.cfg.backend, 'model_path': self.cfg.model_path,
-                'load_state': 'failed' if self.backend is None else 'loaded',
-                'load_error': self.load_error, 'load_time_s': self.load_time_s,
-                'inferences': self.inferences, 'chunks_published': self.chunks_published,
-                'failures': self.failures, 'timeouts': self.timeouts,
-                'discarded_in_flight': self.discarded_in_flight,
-                'expired_chunks': self.expired,
-                'latency_last_ms': float(lat[-1]) if lat.size else 0.0,
-                'latency_p50_ms': float(np.median(lat)) if lat.size else 0.0,
-                'latency_mean_ms': float(lat.mean()) if lat.size else 0.0,
-                'inference_running_s': running, 'last_error': self.last_error,
-                'actions': ','.join(self.action_names),
-                'rtc': 'on' if self._rtc_on() else 'off', 'rtc_guided': self.rtc_guided,
-                'rtc_delay_steps': self._rtc_delay,
-            }
-            outcome = self._last_outcome
+        level, message, session_values = self.session.diagnostics()
+        values: dict[str, Any] = {
+            'backend': self.cfg.backend, 'model_path': self.cfg.model_path,
+            'load_state': 'failed' if self.backend is None else 'loaded',
+            'load_error': self.load_error, 'load_time_s': self.load_time_s,
+            **session_values, 'actions': ','.join(self.action_names),
+            'rtc': 'on' if self.session.config.rtc else 'off',
+        }
         for attr in ('policy_type', 'device', 'chunk_length'):
             if hasattr(self.backend, attr):
                 values[attr] = getattr(self.backend, attr)
-        timeout = self.cfg.inference_timeout_s
         if self.backend is None:
             return 'error', f'policy not loaded: {self.load_error}', values
-        if timeout > 0 and running > timeout:
-            return 'warn', f'inference running for {running:.1f} s (timeout {timeout} s)', values
-        if outcome == 'failed':
-            return 'warn', f'last inference failed: {self.last_error}', values
-        if outcome == 'timeout':
-            return 'warn', 'last inference exceeded inference_timeout_s', values
-        if outcome == 'expired':
-            return 'warn', 'last chunk expired before it could be published (inference slower ' \
-                'than a chunk lasts)', values
-        return 'ok', f'{self.chunks_published} chunks published', values
-
-    def _rtc_on(self) -> bool:
-        return bool(getattr(self.backend, 'rtc', False))
+        return level, message, values
 
     def _now_s(self) -> float:
         return self.get_clock().now().nanoseconds * 1e-9
 
+    def _emit(self, level: int, text: str) -> None:
+        # One call site per severity: rclpy refuses a call site whose severity changes.
+        log = self.get_logger()
+        if level >= logging.ERROR:
+            log.error(text)
+        elif level >= logging.WARNING:
+            log.warning(text)
+        else:
+            log.info(text)
+
     # --- inputs -------------------------------------------------------------------------
     def _on_joints(self, msg: JointState) -> None:
-        with self._lock:
-            self._joints = msg
+        self.session.on_joints(Joints(tuple(msg.name), np.asarray(msg.position, np.float64),
+                                      convert.stamp_to_s(msg.header.stamp)))
 
     def _on_context(self, msg: LanguageContext) -> None:
-        with self._lock:
-            if self._lang_ctx is None or msg.revision != self._lang_ctx.revision:
-                self._context_wall = time.monotonic()
-            self._lang_ctx = msg
+        self.session.on_context(msg.task, msg.subtask, int(msg.revision),
+                                int(msg.flush_revision))
         self._wake.set()
 
     def _on_task(self, msg: String) -> None:
-        with self._lock:
-            if msg.data != self._task:
-                self._task = msg.data
-                self._task_revision += 1
+        self.session.on_task(msg.data)
         self._wake.set()
 
     def _on_status(self, msg: RuntimeStatus) -> None:
-        with self._lock:
-            self._status = msg
-            self._status_wall = time.monotonic()
-            self.gate.acknowledged(msg.last_accepted_sequence)
+        self.session.on_status(StatusReport(
+            acting=msg.mode == RuntimeStatus.MODE_ACTION, needs_refill=msg.needs_refill,
+            revision=int(msg.context_revision), flush_revision=int(msg.flush_revision),
+            last_accepted_sequence=int(msg.last_accepted_sequence),
+            last_chunk_sequence=int(msg.last_chunk_sequence),
+            queue_depth=int(msg.queue_depth), control_period_s=float(msg.control_period_s)))
         self._wake.set()
 
     # --- inference ----------------------------------------------------------------------
-    def _instruction(self) -> tuple[str, int]:
-        """(instruction, revision) the next chunk is conditioned on; '' when there is none."""
-        if self.cfg.condition_on == 'task':
-            return self._task, self._task_revision
-        ctx = self._lang_ctx
-        if ctx is None:
-            return '', 0
-        return action_instruction((ctx.task, ctx.subtask)), int(ctx.revision)
-
-    def _flush_revision(self) -> int:
-        """Flush revision of the context (0 from the publisher = every revision flushes)."""
-        if self.cfg.condition_on == 'task':
-            return self._task_revision
-        ctx = self._lang_ctx
-        if ctx is None:
-            return 0
-        return int(ctx.flush_revision) or int(ctx.revision)
-
-    def _should_infer(self) -> bool:
-        st = self._status
+    def _ready(self) -> bool:
         if self.backend is None:
             return False
         # Cameras the model cannot run without: wait for their first frames instead of
         # counting start-up as failed inferences.
         needed = getattr(self.backend, 'required_cameras', ())
-        if needed and not all(self.observations.image(c) is not None for c in needed):
-            return False
-        if st is None or self._joints is None:
-            return False
-        instruction, revision = self._instruction()
-        if not instruction:
-            return False
-        now = time.monotonic()
-        return self.gate.should_start(now, ExecutorView(
-            acting=st.mode == RuntimeStatus.MODE_ACTION, needs_refill=st.needs_refill,
-            revision=st.context_revision,
-            fresh=now - self._status_wall <= self.cfg.status_timeout_s,
-            flush_revision=int(st.flush_revision) or None), revision, self._flush_revision())
+        return all(self.observations.image(c) is not None for c in needed)
+
+    def _observe(self) -> dict[str, Any]:
+        return {'images': self.observations.images(),
+                'ground_truth': self.observations.ground_truth()}
 
     def _work(self) -> None:
         while self._running:
-            with self._lock:
-                # Inputs wake the loop; so does the end of the rate limit (a newer subtask that
-                # came just after a refill started must not wait for the next input).
-                timeout = self.gate.wait_s(time.monotonic(), 0.1)
-            self._wake.wait(timeout=timeout)
+            # Inputs wake the loop; so does the end of the rate limit (a newer subtask that
+            # came just after a refill started must not wait for the next input).
+            self._wake.wait(timeout=self.session.wait_s(0.1))
             self._wake.clear()
-            with self._lock:
-                if not self._running or not self._should_infer():
-                    continue
-                instruction, revision = self._instruction()
-                flush = self._flush_revision()
-                context_wall = self._context_wall if self.cfg.condition_on == 'context' else None
-                self.gate.started(time.monotonic(), revision, flush)
-                joints = self._joints
-                # The executor owns the control rate; 0 (not announced) = its own period.
-                period = float(self._status.control_period_s)
-                observation = {
-                    'instruction': instruction,
-                    'joint_names': list(joints.name),
-                    'joint_positions': np.asarray(joints.position, dtype=np.float64),
-                    'images': self.observations.images(),
-                    'ground_truth': self.observations.ground_truth(),
-                    'stamp_s': convert.stamp_to_s(joints.header.stamp),
-                    'control_period_s': period or None,
-                    'clock_start_s': self._now_s(),
-                }
-                # Row 0 of the chunk is due at the observation's time, or with RTC where it
-                # joins the chunk being played (core/rtc.py).
-                observation['chunk_stamp_s'] = observation['stamp_s']
-                if self._rtc_on():
-                    st = self._status
-                    playing = int(st.last_chunk_sequence) if st.queue_depth > 0 else -1
-                    cont = self.continuity.continuation(observation['clock_start_s'], revision,
-                                                        playing, period)
-                    observation['rtc'] = cont
-                    if cont is not None:
-                        observation['chunk_stamp_s'] = cont.stamp_s
-                        self.rtc_guided += 1
-                        self._rtc_delay = cont.inference_delay
-            self._infer_and_publish(observation, instruction, revision, flush, context_wall)
+            if not self._running:
+                continue
+            job = self.session.start(self._ready(), self._observe)
+            if job is not None:
+                self._infer_and_publish(job)
 
-    def _log_inference(self, start: float, end: float, outcome: str,
-                       observation: dict[str, Any], revision: int, flush: int | None,
-                       context_wall: float | None, sequence: int | None = None) -> None:
-        if self._inference_log is not None:
-            self._inference_log.write(
-                revision=revision, flush_revision=revision if flush is None else flush,
-                context_wall=context_wall, start=start, end=end,
-                stamp=observation['chunk_stamp_s'], outcome=outcome, sequence=sequence,
-                rtc_delay=(observation['rtc'].inference_delay
-                           if observation.get('rtc') is not None else None))
-
-    def _infer_and_publish(self, observation: dict[str, Any], instruction: str,
-                           revision: int, flush: int | None = None,
-                           context_wall: float | None = None) -> None:
-        start = time.monotonic()
-        with self._lock:
-            self._infer_started = start
+    def _infer_and_publish(self, job: Inference) -> None:
         try:
             if self.cfg.added_latency_s > 0:
                 time.sleep(self.cfg.added_latency_s)  # an emulated slower model
-            values = np.asarray(self.backend.infer(observation), dtype=np.float64)
+            values = np.asarray(self.backend.infer(job.observation), dtype=np.float64)
         except Exception as exc:  # noqa: BLE001 - a failed inference is logged, the loop goes on
-            end = time.monotonic()
-            with self._lock:
-                self._infer_started = None
-                self.failures += 1
-                self._last_outcome = 'failed'
-                self.last_error = f'{type(exc).__name__}: {exc}'
-                self._log_inference(start, end, 'failed', observation, revision, flush,
-                                    context_wall)
-            self.get_logger().error(f'inference failed ({self.failures} so far): '
-                                    f'{self.last_error}', throttle_duration_sec=2.0)
+            self.session.failed(job, exc)
             return
-        # The backend's end: the log's latency_s is the latency /diagnostics reports.
-        end = time.monotonic()
-        elapsed = end - start
-        timeout = self.cfg.inference_timeout_s
-        with self._lock:
-            self._infer_started = None
-            self.inferences += 1
-            self._latencies.append(elapsed)
-            # On the executor's clock (sim time in simulation): RTC's delay is in its steps.
-            self.continuity.record_latency(self._now_s() - observation['clock_start_s'])
-            if timeout > 0 and elapsed > timeout:
-                self.timeouts += 1
-                self._last_outcome = 'timeout'
-                self._log_inference(start, end, 'timeout', observation, revision, flush,
-                                    context_wall)
-                self.get_logger().warning(f'inference took {elapsed:.2f} s > inference_timeout_s '
-                                          f'{timeout} s: chunk discarded ({self.timeouts} so '
-                                          'far)', throttle_duration_sec=2.0)
-                return
-            if self._expired(observation, values, elapsed):
-                self._log_inference(start, end, 'expired', observation, revision, flush,
-                                    context_wall)
-                return
-            self._last_outcome = 'ok'
-            flush = revision if flush is None else flush
-            current = self._flush_revision()
-            if current > flush:  # an operator change came during inference
-                self.discarded_in_flight += 1
-                self._log_inference(start, end, 'discarded', observation, revision, flush,
-                                    context_wall)
-                self.get_logger().info(f'discarded a chunk computed for revision {revision}; '
-                                       f'an operator change came at revision {current}')
-                return
-            self._sequence += 1
-            msg = convert.chunk_to_msg(values, self.action_names, revision=revision,
-                                       sequence=self._sequence,
-                                       stamp_s=observation['chunk_stamp_s'],
-                                       period_s=observation['control_period_s'] or 0.0,
-                                       instruction=instruction, backend=self.cfg.backend,
-                                       flush_revision=flush)
-            self.gate.published(self._sequence, time.monotonic())
-            model_actions = getattr(self.backend, 'last_model_actions', None)
-            if self._rtc_on() and model_actions is not None:
-                self.continuity.published(model_actions, observation['chunk_stamp_s'],
-                                          observation['control_period_s'] or 0.0, revision,
-                                          self._sequence)
-            self._log_inference(start, end, 'published', observation, revision, flush,
-                                context_wall, self._sequence)
+        chunk = self.session.finished(job, values,
+                                      getattr(self.backend, 'last_model_actions', None))
+        if chunk is None:
+            return
+        msg = convert.chunk_to_msg(chunk.values, self.action_names, revision=chunk.revision,
+                                   sequence=chunk.sequence, stamp_s=chunk.stamp_s,
+                                   period_s=chunk.period_s, instruction=chunk.instruction,
+                                   backend=self.cfg.backend,
+                                   flush_revision=chunk.flush_revision)
         try:
             self._pub.publish(msg)
-            with self._lock:
-                self.chunks_published += 1
+            self.session.sent()
         except _rclpy.RCLError as exc:  # DDS refused the write: the next refill retries
-            if not self.context.ok():
-                return
-            with self._lock:
-                self.failures += 1
-                self.gate.publish_failed()
-            self.get_logger().error(f'publishing chunk {msg.sequence} failed: {exc}',
-                                    throttle_duration_sec=2.0)
-
-    def _expired(self, observation: dict[str, Any], values: np.ndarray, elapsed: float) -> bool:
-        """Drop a chunk whose every action is already in the past (call with the lock held).
-
-        The executor would discard it as expired, and the gate would then wait for an ack
-        that never comes (ACK_TIMEOUT_S) while the arm holds: a one-off slow inference (a
-        model's first call, a busy CPU) cost the arm a second. Dropped here, the next
-        inference starts at once on a fresh observation. Two in a row are published anyway,
-        so that a clock that disagrees with the executor's never silences the policy (the
-        executor judges, and says a slower device is the cause).
-        """
-        period = float(observation.get('control_period_s') or 0.0)
-        age = self._now_s() - float(observation['chunk_stamp_s'])
-        if period <= 0.0 or values.ndim != 2 or age < values.shape[0] * period \
-                or self._expired_last:
-            self._expired_last = False
-            return False
-        self._expired_last = True
-        self.expired += 1
-        self._last_outcome = 'expired'
-        self.get_logger().warning(
-            f'inference took {elapsed:.3f} s: every action of the chunk was in the past '
-            f'(observation {age:.3f} s old >= {values.shape[0]} x {period:.4f} s); dropped, '
-            f'inferring again on a fresh observation ({self.expired} so far)',
-            throttle_duration_sec=2.0)
-        return True
+            if self.context.ok():
+                self.session.send_failed(chunk, str(exc))
 
     def close(self) -> None:
         self._running = False
