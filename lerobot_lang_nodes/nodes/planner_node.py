@@ -218,7 +218,7 @@ class PlannerNode(Node):
                           max_text_chars=self.cfg.max_text_chars,
                           vqa_max_pending=self.cfg.vqa_max_pending,
                           revision_wait_s=self.cfg.revision_wait_s),
-            self.observations, clock=self._now_s, log=self._log,
+            self.observations, clock=self._now_s, log=runner.log_emitter(self),
             after_job=self._publish_context_now,
             on_speech=lambda text: self._speech_pub.publish(String(data=text)))
         # Latched and default-QoS publishers both reach the planner, each sample once.
@@ -272,18 +272,6 @@ class PlannerNode(Node):
     # --- inputs -------------------------------------------------------------------------
     def _now_s(self) -> float:
         return self.get_clock().now().nanoseconds * 1e-9
-
-    def _log(self, level: int, text: str) -> None:
-        # One call per severity: rclpy refuses a call site whose severity changes.
-        log = self.get_logger()
-        if level >= logging.ERROR:
-            log.error(text)
-        elif level >= logging.WARNING:
-            log.warning(text)
-        elif level >= logging.INFO:
-            log.info(text)
-        else:
-            log.debug(text)
 
     def _on_truth(self, truth: dict, sent_ns: int | None) -> None:
         if self.session is not None:

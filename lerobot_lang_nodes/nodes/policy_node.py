@@ -18,7 +18,6 @@ backend on its thread and publishes.
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 from dataclasses import dataclass, field
@@ -181,7 +180,7 @@ class PolicyNode(Node):
                           status_timeout_s=self.cfg.status_timeout_s,
                           inference_timeout_s=self.cfg.inference_timeout_s,
                           rtc=bool(getattr(self.backend, 'rtc', False))),
-            clock=self._now_s, emit=self._emit, inference_log=self._inference_log)
+            clock=self._now_s, emit=runner.log_emitter(self), inference_log=self._inference_log)
 
         self._pub = self.create_publisher(ActionChunk, 'action_chunk', qos.COMMAND)
         self.create_subscription(JointState, self.cfg.state_topic, self._on_joints,
@@ -253,16 +252,6 @@ class PolicyNode(Node):
 
     def _now_s(self) -> float:
         return self.get_clock().now().nanoseconds * 1e-9
-
-    def _emit(self, level: int, text: str) -> None:
-        # One call site per severity: rclpy refuses a call site whose severity changes.
-        log = self.get_logger()
-        if level >= logging.ERROR:
-            log.error(text)
-        elif level >= logging.WARNING:
-            log.warning(text)
-        else:
-            log.info(text)
 
     # --- inputs -------------------------------------------------------------------------
     def _on_joints(self, msg: JointState) -> None:

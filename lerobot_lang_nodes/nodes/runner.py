@@ -68,6 +68,24 @@ class DefaultGroupInlineExecutor(MultiThreadedExecutor):
 EXECUTOR_ENV = 'LEROBOT_LANG_EXECUTOR'
 
 
+def log_emitter(node: Any) -> Callable[[int, str], None]:
+    """``emit(level, text)`` onto ``node``'s logger, for the ROS-free cores' logging.
+
+    One call site per severity: rclpy refuses a call site whose severity changes.
+    """
+    def emit(level: int, text: str) -> None:
+        log = node.get_logger()
+        if level >= logging.ERROR:
+            log.error(text)
+        elif level >= logging.WARNING:
+            log.warning(text)
+        elif level >= logging.INFO:
+            log.info(text)
+        else:
+            log.debug(text)
+    return emit
+
+
 def make_executor(threads: int) -> MultiThreadedExecutor:
     """The nodes' executor; ``LEROBOT_LANG_EXECUTOR=pool`` picks rclpy's stock one instead
     (every callback on the pool), to measure the difference (bench/sim_graph.py --executor)."""

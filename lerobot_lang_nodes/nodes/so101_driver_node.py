@@ -19,7 +19,6 @@ state stays where it was so the node comes back healthy without tooling.
 
 from __future__ import annotations
 
-import logging
 import os
 import threading
 import time
@@ -137,7 +136,7 @@ class So101DriverNode(LifecycleNode):
             self._make_robot, self.chunk_executor,
             HostConfig(command_timeout_s=cfg.command_timeout_s,
                        reconnect_period_s=cfg.reconnect_period_s, port=cfg.port),
-            now=self._now, emit=self._emit,
+            now=self._now, emit=runner.log_emitter(self),
             joint_ids={j: self.calibration[j].id for j in JOINT_NAMES})
         watch_runtime_parameters(self, So101DriverConfig, self._apply_parameters)
         self._joint_pub = self.create_publisher(JointState, 'joint_states', qos.SENSOR)
@@ -167,18 +166,6 @@ class So101DriverNode(LifecycleNode):
     @property
     def loop_errors(self) -> int:
         return self.host.errors.count
-
-    def _emit(self, level: int, text: str) -> None:
-        # One call site per severity: rclpy refuses a call site whose severity changes.
-        log = self.get_logger()
-        if level >= logging.ERROR:
-            log.error(text)
-        elif level >= logging.WARNING:
-            log.warning(text)
-        elif level >= logging.INFO:
-            log.info(text)
-        else:
-            log.debug(text)
 
     def _apply_parameters(self, changes: dict) -> str:
         """`ros2 param set` on a safety limit: tighten any time, loosen only while paused."""
