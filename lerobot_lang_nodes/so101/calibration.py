@@ -1,4 +1,5 @@
-"""LeRobot-compatible SO-101 follower calibration files: locate, validate, load and save."""
+"""LeRobot-compatible SO-101 calibration files (follower and leader): locate, validate, load
+and save."""
 
 # File format (one object per motor, keyed by joint name), as LeRobot's Robot._save_calibration:
 #   {"shoulder_pan": {"id": 1, "drive_mode": 0, "homing_offset": -12,
@@ -28,6 +29,19 @@ FULL_TURN_JOINT = 'wrist_roll'  # LeRobot records no range for it: 0..4095
 # LeRobot >= 0.5 stores SO-100/101 followers under `so_follower`; 0.4.x used `so101_follower`.
 ROBOT_TYPE = 'so_follower'
 LEGACY_ROBOT_TYPES: tuple[str, ...] = ('so101_follower',)
+# The leader arm is a LeRobot teleoperator: <root>/teleoperators/so_leader/<id>.json (0.4.x:
+# so101_leader). Same fields, same motor names and ids as the follower's file.
+LEADER_TYPE = 'so_leader'
+LEGACY_LEADER_TYPES: tuple[str, ...] = ('so101_leader',)
+# Calibration sub-folder and legacy folders of each type (LeRobot's ROBOTS / TELEOPERATORS).
+_FOLDERS: dict[str, tuple[str, tuple[str, ...]]] = {
+    ROBOT_TYPE: ('robots', LEGACY_ROBOT_TYPES),
+    LEADER_TYPE: ('teleoperators', LEGACY_LEADER_TYPES),
+}
+_CALIBRATE_HINT = {
+    ROBOT_TYPE: '`lerobot-calibrate --robot.type=so101_follower` or the calibrate command',
+    LEADER_TYPE: '`lerobot-calibrate --teleop.type=so101_leader`',
+}
 HOMING_OFFSET_LIMIT = 2047  # Homing_Offset is sign-magnitude with the sign at bit 11
 FIELDS: tuple[str, ...] = ('id', 'drive_mode', 'homing_offset', 'range_min', 'range_max')
 
@@ -67,17 +81,22 @@ def calibration_path(robot_id: str | None = None, path: str | os.PathLike[str] |
     """Where the calibration of `robot_id` is read from.
 
     An explicit `path` wins. Otherwise <root>/robots/<robot_type>/<robot_id>.json, falling back
-    to the legacy `so101_follower` folder when only that file exists.
+    to the legacy `so101_follower` folder when only that file exists; for the leader
+    (``robot_type=LEADER_TYPE``) <root>/teleoperators/so_leader/<id>.json, falling back to
+    `so101_leader`.
     """
     if path is not None:
         return Path(path).expanduser()
     if not robot_id:
-        raise CalibrationError('no calibration given: set the robot id (LeRobot `--robot.id`) or '
-                               'an explicit calibration file path')
-    robots = calibration_root() / 'robots'
+        what = ('the leader id (LeRobot `--teleop.id`)' if robot_type == LEADER_TYPE
+                else 'the robot id (LeRobot `--robot.id`)')
+        raise CalibrationError(f'no calibration given: set {what} or an explicit calibration '
+                               'file path')
+    folder, legacies = _FOLDERS.get(robot_type, ('robots', ()))
+    robots = calibration_root() / folder
     primary = robots / robot_type / f'{robot_id}.json'
-    if not primary.is_file() and robot_type == ROBOT_TYPE:
-        for legacy in LEGACY_ROBOT_TYPES:
+    if not primary.is_file():
+        for legacy in legacies:
             candidate = robots / legacy / f'{robot_id}.json'
             if candidate.is_file():
                 logger.info('using legacy LeRobot calibration %s', candidate)
@@ -105,7 +124,7 @@ def parse_calibration(data: Any, source: str = '<calibration>') -> Calibration:
     extra = sorted(set(data) - set(JOINT_NAMES))
     if missing or extra:
         raise CalibrationError(f'{source}: motors missing {missing}, unexpected {extra}; expected '
-                               f'exactly {list(JOINT_NAMES)} (an SO-101 follower file)')
+                               f'exactly {list(JOINT_NAMES)} (an SO-101 follower or leader file)')
     out: Calibration = {}
     for motor in JOINT_NAMES:
         entry = data[motor]
@@ -138,14 +157,16 @@ def parse_calibration(data: Any, source: str = '<calibration>') -> Calibration:
 
 
 def load_calibration(robot_id: str | None = None,
-                     path: str | os.PathLike[str] | None = None) -> Calibration:
-    """Read and validate the calibration of `robot_id` (or the file at `path`)."""
-    file = calibration_path(robot_id, path)
+                     path: str | os.PathLike[str] | None = None,
+                     robot_type: str = ROBOT_TYPE) -> Calibration:
+    """Read and validate the calibration of `robot_id` (or the file at `path`); the leader's
+    with ``robot_type=LEADER_TYPE``."""
+    file = calibration_path(robot_id, path, robot_type)
     try:
         text = file.read_text(encoding='utf-8')
     except FileNotFoundError:
-        raise CalibrationError(f'calibration file {file} does not exist; run `lerobot-calibrate '
-                               '--robot.type=so101_follower` or the calibrate command, or pass '
+        hint = _CALIBRATE_HINT.get(robot_type, _CALIBRATE_HINT[ROBOT_TYPE])
+        raise CalibrationError(f'calibration file {file} does not exist; run {hint}, or pass '
                                'the file path') from None
     except OSError as exc:
         raise CalibrationError(f'cannot read calibration file {file}: {exc}') from exc

@@ -12,6 +12,7 @@ from lerobot_lang_nodes.so101.calibration import (
     calibration_root,
     calibration_to_json,
     JOINT_NAMES,
+    LEADER_TYPE,
     load_calibration,
     parse_calibration,
     save_calibration,
@@ -70,6 +71,25 @@ def test_legacy_so101_follower_folder_is_found(calib_env) -> None:
     legacy.write_text(json.dumps(LEROBOT_FILE))
     assert calibration_path('old') == legacy
     assert load_calibration('old')['elbow_flex'].range_max == 3047
+
+
+def test_leader_files_are_lerobots_teleoperator_files(calib_env) -> None:
+    leader = calib_env / 'teleoperators' / 'so_leader' / 'lead.json'
+    leader.parent.mkdir(parents=True)
+    leader.write_text(json.dumps(LEROBOT_FILE, indent=4))
+    assert calibration_path('lead', robot_type=LEADER_TYPE) == leader
+    assert load_calibration('lead', robot_type=LEADER_TYPE)['gripper'].range_max == 3379
+    with pytest.raises(CalibrationError, match='robots/so_follower/lead.json does not exist'):
+        load_calibration('lead')  # a follower of that name: not the leader's file
+    legacy = calib_env / 'teleoperators' / 'so101_leader' / 'old.json'  # LeRobot 0.4
+    legacy.parent.mkdir(parents=True)
+    legacy.write_text(json.dumps(LEROBOT_FILE))
+    assert calibration_path('old', robot_type=LEADER_TYPE) == legacy
+    with pytest.raises(CalibrationError, match=r'so_leader/nope\.json does not exist; run '
+                       r'`lerobot-calibrate --teleop\.type=so101_leader`'):
+        load_calibration('nope', robot_type=LEADER_TYPE)
+    with pytest.raises(CalibrationError, match=r'leader id \(LeRobot `--teleop\.id`\)'):
+        load_calibration(robot_type=LEADER_TYPE)
 
 
 def test_missing_file_names_the_path_and_the_fix(calib_env) -> None:
