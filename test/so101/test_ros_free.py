@@ -8,5 +8,6 @@ import sys
 
 def test_so101_imports_with_rclpy_blocked() -> None:
     code = ("import sys; sys.modules['rclpy'] = None\n"
-            "import lerobot_lang_nodes.so101.driver_core, lerobot_lang_nodes.so101.emulator\n")
+            "import lerobot_lang_nodes.so101.driver_core, lerobot_lang_nodes.so101.emulator\n"
+            "import lerobot_lang_nodes.so101.leader_host\n")
     subprocess.run([sys.executable, '-c', code], check=True, timeout=60)
