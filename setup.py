@@ -34,6 +34,8 @@ setup(
             'policy = lerobot_lang_nodes.nodes.policy_node:main',
             'viewer = lerobot_lang_nodes.nodes.viewer_node:main',
             'so101_driver = lerobot_lang_nodes.nodes.so101_driver_node:main',
+            # The leader arm (human in the loop); not in the sim/real graphs yet.
+            'so101_leader = lerobot_lang_nodes.nodes.so101_leader_node:main',
             'camera = lerobot_lang_nodes.nodes.camera_node:main',
             # planner + policy in one process (graph.composed; `lerobot-lang sim --composed`).
             'planner_policy = lerobot_lang_nodes.nodes.composed_node:main',

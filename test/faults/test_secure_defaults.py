@@ -111,6 +111,8 @@ NODES = [
      ('0.0', '10000000.0'), 'split_duration_s'),
     ('so101_driver', 'lerobot_lang_nodes.nodes.so101_driver_node', {'port': '/dev/null'},
      'ctrl_hz', 1000.0, ('1.0', '200.0'), 'ctrl_hz'),
+    ('so101_leader', 'lerobot_lang_nodes.nodes.so101_leader_node', {'port': '/dev/null'},
+     'read_hz', 1000.0, ('1.0', '500.0'), 'read_hz'),
     ('camera', 'lerobot_lang_nodes.nodes.camera_node', {}, 'width', 100000, ('0', '7680'),
      'width'),
 ]
