@@ -1,9 +1,10 @@
 """The model environment honours what the libraries we build on declare.
 
 `pip check` sees only the requirements of extras that were asked for by name, so LeRobot's
-`smolvla` and `pi` extras (transformers >= 5.4, < 5.6; num2words; scipy) are checked here from
-LeRobot's own metadata: a pin that drifts outside them (transformers 5.24 broke every SmolVLA
-inference) fails CI instead of a user's first run.
+`smolvla`, `pi`, `groot` and `xvla` extras (transformers >= 5.4, < 5.6; num2words; scipy;
+dm-tree, peft, timm, diffusers, decord) are checked here from LeRobot's own metadata: a pin that
+drifts outside them (transformers 5.24 broke every SmolVLA inference) fails CI instead of a
+user's first run.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from packaging.requirements import Requirement  # noqa: E402
 from packaging.utils import canonicalize_name  # noqa: E402
 
 # The policy families the README says run, by LeRobot extra.
-EXTRAS = ('dataset', 'smolvla', 'pi')
+EXTRAS = ('dataset', 'smolvla', 'pi', 'groot', 'xvla')
 
 
 def declared(dist: str, extras: tuple[str, ...]) -> list[Requirement]:
@@ -54,11 +55,12 @@ def test_pip_check_is_clean() -> None:
     assert out.returncode == 0, out.stdout + out.stderr
 
 
-def test_lerobots_smolvla_and_pi_extras_are_satisfied() -> None:
+def test_lerobots_vla_extras_are_satisfied() -> None:
     assert metadata.version('lerobot') == '0.6.1'
     reqs = declared('lerobot', EXTRAS)
     names = {canonicalize_name(r.name) for r in reqs}
-    assert {'transformers', 'num2words', 'scipy'} <= names  # the extras are the ones we think
+    # The extras are the ones we think.
+    assert {'transformers', 'num2words', 'scipy', 'dm-tree', 'peft', 'timm', 'diffusers'} <= names
     problems = []
     for req in reqs:
         try:
@@ -71,7 +73,7 @@ def test_lerobots_smolvla_and_pi_extras_are_satisfied() -> None:
     assert not problems, f"lerobot 0.6.1's extras {EXTRAS} are not satisfied: {problems}"
 
 
-@pytest.mark.parametrize('name', ['transformers', 'num2words', 'scipy'])
+@pytest.mark.parametrize('name', ['transformers', 'num2words', 'scipy', 'dm-tree', 'peft', 'timm'])
 def test_the_requirement_files_pin_what_is_installed(name) -> None:
     """requirements/ml.txt (what a user installs) and the lock agree with the environment."""
     from lerobot_lang_nodes import paths

@@ -55,11 +55,25 @@ class PolicyLoadError(RuntimeError):
 
 
 # The LeRobot 0.6.1 extra that brings a policy type's optional packages (its processor's
-# num2words, scipy, peft, ...); a type not listed here has an extra of its own name.
+# num2words, scipy, GR00T's dm-tree, ...); a type not listed here has an extra of its own name.
 LEROBOT_EXTRAS = {'pi0': 'pi', 'pi05': 'pi', 'pi0_fast': 'pi', 'wall_x': 'wallx',
                   'multi_task_dit': 'multi-task-dit', 'lingbot_va': 'lingbot-va',
                   'vla_jepa': 'vla-jepa'}
 LEROBOT_VERSION = '0.6.1'
+# Packages (distribution, module) a LeRobot 0.6.1 policy type imports only at its first
+# inference (GR00T: dm-tree in GR00TN17.prepare_input): checked at load, so that a missing one
+# fails the load with its name instead of every chunk.
+INFERENCE_PACKAGES = {'groot': (('dm-tree', 'tree'),)}
+
+
+def check_inference_packages(policy_type: str) -> None:
+    """Raise ModuleNotFoundError (named after the distribution) for a missing package of
+    ``INFERENCE_PACKAGES``."""
+    import importlib.util
+    for dist, module in INFERENCE_PACKAGES.get(policy_type, ()):
+        if importlib.util.find_spec(module) is None:
+            raise ModuleNotFoundError(f"No module named '{module}' (the package {dist!r}, "
+                                      f'imported at inference)', name=dist)
 
 
 def missing_dependency_error(policy_type: str, path: Path, exc: ImportError) -> PolicyLoadError:
@@ -75,8 +89,8 @@ def missing_dependency_error(policy_type: str, path: Path, exc: ImportError) -> 
     return PolicyLoadError(
         f'the {policy_type} checkpoint {path} needs {package}, which is not installed '
         f"({exc}). Install LeRobot's {extra!r} extra into this environment: pip install "
-        f"'lerobot[{extra}]=={LEROBOT_VERSION}' (scripts/setup.sh --ml installs the smolvla "
-        "and pi extras)")
+        f"'lerobot[{extra}]=={LEROBOT_VERSION}' (scripts/setup.sh --ml installs the smolvla, "
+        "pi, groot and xvla extras)")
 
 
 def parse_camera_map(entries: Sequence[str], cameras: Sequence[str]) -> dict[str, str]:
@@ -329,7 +343,13 @@ def load_pretrained_policy(policy_cls: Any, path: Path, config: Any) -> Any:
         policy = policy_cls.from_pretrained(path, config=config)
     with safe_open(str(path / 'model.safetensors'), 'pt') as f:
         saved = set(f.keys())
-    missing = sorted(set(policy.state_dict()) - saved)
+    state = policy.state_dict()
+    # A tied parameter (GR00T's Qwen3-VL LM head is its token embedding) is saved once, under
+    # one of its names; the other name shares the loaded storage and is not missing.
+    loaded = {state[k].data_ptr() for k in saved & set(state) if state[k].numel()}
+    missing = sorted(k for k in set(state) - saved
+                     if not (state[k].numel() and state[k].data_ptr() in loaded))
+    del state  # no reference may keep this copy's tensors alive through a second load
     if missing:
         logger.info('%d parameters of %s are not in its model.safetensors (%s, ...); loading it '
                     'again with LeRobot\'s initialisation for them', len(missing), path,
@@ -411,6 +431,7 @@ class LeRobotPolicy:
         if dtype not in DTYPES:
             raise PolicyLoadError(f'dtype {dtype!r} is not one of {list(DTYPES)}')
         try:
+            check_inference_packages(self.policy_type)
             policy = load_pretrained_policy(get_policy_class(self.policy_type),
                                             self.model_path, config)
             # Reduced precision as lerobot-rollout's use_amp: autocast around the model, since
