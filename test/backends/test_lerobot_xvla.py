@@ -6,18 +6,17 @@ lerobot_lang_nodes/tiny_models/xvla.py."""
 from __future__ import annotations
 
 from pathlib import Path
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
-from lerobot_lang_nodes.so101.calibration import JOINT_NAMES
 from lerobot_lang_nodes.testing import require_ml
 
 require_ml('torch', 'lerobot', 'transformers')
 
 from lerobot_lang_nodes.backends.policies import lerobot_policy as lp  # noqa: E402
 from lerobot_lang_nodes.tiny_models.xvla import build_xvla  # noqa: E402
+from vla_inputs import backend_cfg as cfg, observation, seeded_infer  # noqa: E402
 
 CHUNK_SIZE = 10
 N_ACTION_STEPS = 8  # fewer than the chunk: the backend publishes what lerobot-rollout executes
@@ -37,27 +36,6 @@ def backend(xvla):
     policy = lp.LeRobotPolicy(cfg(xvla))
     yield policy
     policy.close()
-
-
-def cfg(path: Path | str, **kw) -> SimpleNamespace:
-    base = dict(model_path=str(path), cameras=('front', 'wrist'), camera_map=('',),
-                device='cpu', dtype='auto', state_units='degrees', calibration_id='',
-                calibration_path='')
-    return SimpleNamespace(**{**base, **kw})
-
-
-def observation(instruction: str) -> dict:
-    rng = np.random.default_rng(0)
-    return {'instruction': instruction, 'joint_names': list(JOINT_NAMES),
-            'joint_positions': np.array([0.1, -0.4, 0.5, 0.7, -0.2, 0.3]),
-            'images': {c: rng.integers(0, 255, (240, 320, 3), dtype=np.uint8)
-                       for c in ('front', 'wrist')}}
-
-
-def seeded_infer(backend, instruction: str) -> np.ndarray:
-    import torch
-    torch.manual_seed(7)  # the flow's starting noise: the same draw for every instruction
-    return backend.infer(observation(instruction))
 
 
 def test_xvla_loads_and_gives_n_action_steps_in_radians(backend) -> None:
