@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from lerobot_lang_nodes import graph
-from lerobot_lang_nodes.cli import bringup, real_config
+from lerobot_lang_nodes import graph, real_config
+from lerobot_lang_nodes.cli import bringup
 
 
 def _args(command: str, *argv: str) -> argparse.Namespace:
