@@ -58,7 +58,7 @@ from lerobot_lang_nodes.testing import NodeProcess, WaitTimeout, wait_until  # n
 ROOT = Path(__file__).resolve().parents[1]
 COLOURS = ('red', 'green', 'blue')
 STAGES = ('collect', 'export', 'train', 'deploy', 'report')
-FPS = 30  # = sim_bridge ctrl_hz in config/sim.yaml: the policy must be trained at this rate
+FPS = 30  # = sim_bridge ctrl_hz (its default in sim): the policy must be trained at this rate
 REPO_ID = 'local/closed_loop'
 STOP_TIMEOUT_S = 10.0
 OUTCOME_WAIT_S = 5.0  # wall s a ground-truth success may wait for /task_outcome
