@@ -295,10 +295,14 @@ class PlannerSession:
     def on_truth(self, truth: Mapping, sent_ns: int | None) -> None:
         """Ground truth, already the current observation; its seed changes on every reset.
 
-        The simulator publishes the new scene before its reset service answers: the
-        sample's source time orders the reset before any command sent after the answer.
+        The simulator stamps the reset (``reset_ns``, wall clock) before its reset service
+        answers, so a command sent after the answer is newer. Without that stamp the
+        sample's source time stands in for it (late by as much as a replaced sample).
         """
         seed = truth.get('seed')
+        stamp = truth.get('reset_ns')
+        if isinstance(stamp, int) and stamp > 0:
+            sent_ns = stamp
         with self._lock:
             previous, self._sim_seed = self._sim_seed, seed
         if previous is not None and seed != previous:

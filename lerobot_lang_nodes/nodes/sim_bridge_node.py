@@ -106,6 +106,11 @@ class SimBridgeNode(SimulatorBridge, Node):
         self.chunk_executor = make_executor(self.cfg, self.joint_names, self.cfg.ctrl_hz,
                                             lower, upper, on_dispatch=self._on_dispatch)
         self._reset_count = 0
+        # Wall-clock time of the scene's last reset, in every ground truth (`reset_ns`): a
+        # planner orders the reset against operator commands by it. The first sample of a new
+        # scene may never reach a busy subscriber (latched depth 1: a later one replaces it),
+        # so the sample's own source time cannot stand for the reset's.
+        self._reset_ns = time.time_ns()
         self._goal_text = ''
         self._context_revision = 0
         self._goal = None
@@ -282,6 +287,7 @@ class SimBridgeNode(SimulatorBridge, Node):
         if request is None:
             return
         self._reset_count += 1
+        self._reset_ns = time.time_ns()
         self.chunk_executor.clear()
         self.scene.reset(self.cfg.seed + RESET_SEED_STRIDE * self._reset_count)
         self._hold = self.scene.joint_positions()
@@ -323,7 +329,7 @@ class SimBridgeNode(SimulatorBridge, Node):
 
     def _publish_world(self, now: float) -> None:
         """Ground truth and the goal's outcome (at truth_hz, and after a reset)."""
-        truth = self.scene.ground_truth()
+        truth = {**self.scene.ground_truth(), 'reset_ns': self._reset_ns}
         self._truth_pub.publish(String(data=json.dumps(truth)))
         with self._lock:
             goal, goal_text, revision = self._goal, self._goal_text, self._context_revision

@@ -262,3 +262,17 @@ def test_close_ends_a_wait_for_the_executor_at_once():
     assert not waiting.done()
     session.close(timeout_s=5.0)
     assert not session._worker.is_alive()
+
+
+def test_the_simulator_s_reset_stamp_orders_the_reset_not_the_sample_that_brought_it(rig):
+    """The first sample of a new scene may be replaced (latched depth 1) before a busy
+    planner takes it: the later one carries the reset's own time."""
+    session, *_ = rig
+    session.on_truth({'seed': 0, 'reset_ns': 500}, 1_000)
+    session.on_task('put the red cube in the bowl', sent_ns=2_000)
+    settle(session)
+    session.on_task('put the blue cube in the bowl', sent_ns=4_000)  # after the reset's answer
+    # Reset at 3_000; the sample that reaches the planner was sent at 5_000.
+    session.on_truth({'seed': 1000, 'reset_ns': 3_000}, 5_000)
+    settle(session)
+    assert session.state.task == 'put the blue cube in the bowl'
