@@ -6,8 +6,9 @@ on different topics, and DDS orders samples per writer only. Clearing "whatever 
 holds" when the news arrives then wipes the operator's next command (an evaluation harness
 that resets and sends the next task back to back lost 4 of 13). So each command keeps the
 wall-clock time it was sent (its DDS source timestamp, else when it arrived) and the reset
-the time the simulator published its new scene: a reset clears what was sent before it and
-the commands sent after it are applied again, in order, on the new scene.
+the time the simulator reset the scene (its ground truth's `reset_ns`): a reset clears what
+was sent before it and the commands sent after it are applied again, in order, on the new
+scene.
 
 Wall-clock times compare across processes on one host; across hosts they need clocks synced
 (NTP) to better than the time between the reset's answer and the next command.
