@@ -475,8 +475,8 @@ def train_policy(dataset: Path, out: Path, args: argparse.Namespace,
                  log_path: Path) -> dict[str, Any]:
     if out.exists():
         shutil.rmtree(out)
-    code, text, wall = run_cli(['lerobot_lang_nodes.training.policy', str(dataset), str(out),
-                                '--steps', str(args.policy_steps), '--batch-size',
+    code, text, wall = run_cli(['lerobot_lang_nodes.cli.main', 'train-policy', str(dataset),
+                                str(out), '--steps', str(args.policy_steps), '--batch-size',
                                 str(args.policy_batch), '--log-every', '500'],
                                log_path, 4 * 3600.0)
     if code != 0:
@@ -507,8 +507,8 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
         shutil.rmtree(out)
     prompts = ['--prompts-file', str(ROOT / args.planner_prompts)] if args.planner_prompts \
         else []
-    code, text, wall = run_cli(['lerobot_lang_nodes.training.planner', str(dataset), str(out),
-                                '--steps', str(args.planner_steps), '--max-examples',
+    code, text, wall = run_cli(['lerobot_lang_nodes.cli.main', 'train-planner', str(dataset),
+                                str(out), '--steps', str(args.planner_steps), '--max-examples',
                                 str(args.planner_examples), '--frames-per-segment',
                                 str(args.planner_segment_frames), '--change-frames',
                                 str(args.planner_change_frames), '--vision-size',

@@ -29,10 +29,10 @@ SUBCOMMANDS = {
                 'interactive console: interjections, /task, /ask, /pause, ... in one terminal'),
     'record': ('lerobot_lang_nodes.cli.record', 'record the running graph (rosbag2 MCAP)'),
     'export': ('lerobot_lang_nodes.cli.export', 'export bags to a LeRobot v3.0 dataset'),
-    'train-policy': ('lerobot_lang_nodes.training.policy',
+    'train-policy': ('lerobot_lang_nodes.cli.train',
                      'train a language-conditioned action policy (LeRobot checkpoint) from an '
                      'exported dataset'),
-    'train-planner': ('lerobot_lang_nodes.training.planner',
+    'train-planner': ('lerobot_lang_nodes.cli.train',
                       'train a small vision-language planner (transformers) on a dataset\'s '
                       'language columns'),
 }

@@ -1,6 +1,6 @@
 """Train a tiny vision-language planner from an exported dataset's language columns, on CPU.
 
-``python -m lerobot_lang_nodes.training.planner DATASET OUT_DIR --steps 300``
+``lerobot-lang train-planner DATASET OUT_DIR --steps 300`` (arguments: cli/train.py)
 
 What it learns: the planner node's subtask turn. At frame ``t`` of an episode the answer is
 the subtask active at ``t`` (the ``language_persistent`` subtask row with the latest timestamp
@@ -27,13 +27,11 @@ torch and transformers are imported only inside the functions; importing this mo
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import logging
 import os
 import shutil
-import sys
 import tempfile
 import time
 from collections.abc import Sequence
@@ -517,70 +515,3 @@ def _images_of(messages: Sequence[dict]) -> dict[str, Any]:
 
 
 # --- command line -----------------------------------------------------------------------------
-def add_arguments(_name: str, p: argparse.ArgumentParser) -> None:
-    p.add_argument('dataset', help='LeRobot v3.0 dataset folder with language columns '
-                                   '(lerobot-lang export)')
-    p.add_argument('output', help='model folder to create (must not exist or be empty)')
-    p.add_argument('--steps', type=int, default=300, help='optimizer steps (default 300)')
-    p.add_argument('--seed', type=int, default=0, help='random seed (default 0)')
-    p.add_argument('--cameras', default='front',
-                   help="comma-separated cameras shown to the planner: its image_cameras "
-                        "(default front; '' = text only)")
-    p.add_argument('--image-size', type=int, default=0,
-                   help="the planner's image_size (default 0: frames as they come)")
-    p.add_argument('--vision-size', type=int, default=VISION_SIZE,
-                   help='side of the frame the vision tower sees, a multiple of 32 '
-                        f'((side/32)^2 image tokens per frame; default {VISION_SIZE})')
-    p.add_argument('--frames-per-segment', type=int, default=3,
-                   help='frames used per stretch of one prompt and answer (default 3)')
-    p.add_argument('--change-frames', type=int, default=0,
-                   help='frames from the start of each new subtask taught as "move on now" '
-                        'with the previous subtask still quoted (default 0)')
-    p.add_argument('--max-examples', type=int, default=256,
-                   help='most examples (all are fitted at every step; default 256)')
-    p.add_argument('--kinds', default=','.join(KINDS),
-                   help=f'turns to learn (default {",".join(KINDS)}; subtask is required)')
-    p.add_argument('--prompts-file', default='',
-                   help="prompt templates (default: the planner's config/prompts.yaml)")
-    p.add_argument('--lr', type=float, default=3e-3, help='learning rate (default 3e-3)')
-    p.add_argument('--check', type=int, default=8,
-                   help='subtask examples answered by the planner backend after training')
-
-
-def run(_name: str, args: argparse.Namespace) -> int:
-    os.environ.setdefault('HF_HUB_OFFLINE', '1')  # everything is local; never reach the hub
-    logging.basicConfig(level=logging.INFO, format='%(message)s')
-    try:
-        summary = train_planner(
-            args.dataset, args.output, steps=args.steps, seed=args.seed,
-            cameras=tuple(c for c in args.cameras.split(',') if c),
-            image_size=args.image_size, frames_per_segment=args.frames_per_segment,
-            change_frames=args.change_frames,
-            vision_size=args.vision_size,
-            max_examples=args.max_examples,
-            kinds=tuple(k for k in args.kinds.split(',') if k),
-            prompts_file=args.prompts_file, lr=args.lr, check_examples=args.check)
-    except (DatasetError, SettingsError) as exc:
-        print(f'train-planner: {exc}', file=sys.stderr)
-        return 2
-    params = summary['planner_parameters']
-    kinds = ', '.join(f'{k} {n}' for k, n in summary['examples'].items() if n)
-    print(f"trained the planner on {sum(summary['examples'].values())} examples ({kinds}) "
-          f"from {summary['frames']} "
-          f"frames of {summary['episodes']} episode(s) in {summary['wall_s']:.1f} s: loss "
-          f"{summary['loss_start']:.4f} -> {summary['loss_end']:.4f}; "
-          f"{summary['exact_matches']}/{summary['checked']} subtasks answered exactly. Model "
-          f"{summary['output_dir']}; run the planner with image_cameras "
-          f"{params['image_cameras']}, image_size {params['image_size']}, prompts_file "
-          f"{params['prompts_file']}")
-    return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    """`python -m lerobot_lang_nodes.training.planner DATASET OUT_DIR [options]`."""
-    from lerobot_lang_nodes.cli.main import run_one
-    return run_one('train-planner', sys.modules[__name__], argv)
-
-
-if __name__ == '__main__':
-    sys.exit(main())

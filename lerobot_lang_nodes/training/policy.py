@@ -1,6 +1,6 @@
 """Train the language-conditioned action policy (`lang_chunk`) from an exported dataset, on CPU.
 
-``python -m lerobot_lang_nodes.training.policy DATASET OUT_DIR --steps 3000``
+``lerobot-lang train-policy DATASET OUT_DIR --steps 3000`` (arguments: cli/train.py)
 
 Input: a LeRobot v3.0 dataset written by `lerobot-lang export ... --units lerobot` (camera
 videos, ``observation.state`` / ``action`` in LeRobot's SO-101 units, the ``task`` and the
@@ -31,19 +31,17 @@ torch and LeRobot are imported only inside the functions; importing this module 
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import os
 import shutil
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 from lerobot_lang_nodes.training.data import (ACTION_KEY, IMAGE_PREFIX, PERSISTENT_KEY,
-                                              STATE_KEY, DatasetError, DatasetInfo,
+                                              STATE_KEY, DatasetInfo,
                                               SettingsError, check_dataset, check_output_dir,
                                               check_so101_units, language_at)
 
@@ -334,62 +332,3 @@ def _save(out: Path, policy: Any, preprocessor: Any, postprocessor: Any,
 
 
 # --- command line -----------------------------------------------------------------------------
-def add_arguments(_name: str, p: argparse.ArgumentParser) -> None:
-    p.add_argument('dataset', help='LeRobot v3.0 dataset folder (lerobot-lang export ... '
-                                   '--units lerobot)')
-    p.add_argument('output', help='checkpoint folder to create (must not exist or be empty)')
-    p.add_argument('--steps', type=int, default=3000, help='optimizer steps (default 3000)')
-    p.add_argument('--batch-size', type=int, default=32, help='frames per step (default 32)')
-    p.add_argument('--seed', type=int, default=0, help='random seed (default 0)')
-    p.add_argument('--chunk-size', type=int, default=20,
-                   help='actions predicted per inference, at the dataset fps (default 20)')
-    p.add_argument('--n-action-steps', type=int, default=0,
-                   help='actions of each chunk the backend sends (default: the chunk size)')
-    p.add_argument('--image-size', type=int, default=64,
-                   help='longest image side the policy runs at (default 64)')
-    p.add_argument('--keypoints', action=argparse.BooleanOptionalAction, default=True,
-                   help='spatial-softmax keypoints on a 1/8-size feature map (default on; '
-                        '--no-keypoints: the plain pooled grid)')
-    p.add_argument('--shift-pixels', type=int, default=4,
-                   help='random image shift in pixels while training (default 4; 0 = off)')
-    p.add_argument('--relative-actions', action='store_true',
-                   help='predict each step as an offset from the current joint state')
-    p.add_argument('--instruction', choices=INSTRUCTIONS, default='subtask',
-                   help='condition on the active subtask (else the task), or the task only')
-    p.add_argument('--lr', type=float, default=0.0, help='peak learning rate (default: the '
-                                                          "policy's preset, 1e-3)")
-    p.add_argument('--device', default='cpu', help='cpu (default) or cuda')
-    p.add_argument('--threads', type=int, default=0,
-                   help='torch CPU threads (default: torch\'s choice)')
-    p.add_argument('--log-every', type=int, default=200, help='log the loss every N steps')
-
-
-def run(_name: str, args: argparse.Namespace) -> int:
-    os.environ.setdefault('HF_HUB_OFFLINE', '1')  # everything is local; never reach the hub
-    logging.basicConfig(level=logging.INFO, format='%(message)s')
-    try:
-        summary = train_policy(
-            args.dataset, args.output, steps=args.steps, batch_size=args.batch_size,
-            seed=args.seed, chunk_size=args.chunk_size,
-            n_action_steps=args.n_action_steps or None, image_size=args.image_size,
-            instruction=args.instruction, lr=args.lr or None, device=args.device,
-            num_threads=args.threads, log_every=args.log_every, keypoints=args.keypoints,
-            shift_pixels=args.shift_pixels, relative_actions=args.relative_actions)
-    except (DatasetError, SettingsError) as exc:
-        print(f'train-policy: {exc}', file=sys.stderr)
-        return 2
-    print(f"trained {summary['policy_type']} on {summary['frames']} frames of "
-          f"{summary['episodes']} episode(s) ({len(summary['instructions'])} instructions) in "
-          f"{summary['wall_s']:.1f} s: loss {summary['loss_start']:.4f} -> "
-          f"{summary['loss_end']:.4f}; checkpoint {summary['output_dir']}")
-    return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    """`python -m lerobot_lang_nodes.training.policy DATASET OUT_DIR [options]`."""
-    from lerobot_lang_nodes.cli.main import run_one
-    return run_one('train-policy', sys.modules[__name__], argv)
-
-
-if __name__ == '__main__':
-    sys.exit(main())

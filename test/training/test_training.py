@@ -24,6 +24,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from lerobot_lang_nodes.cli import main as cli
 from lerobot_lang_nodes.testing import require_ml
 from lerobot_lang_nodes.training import planner as planner_training
 from lerobot_lang_nodes.training import policy as policy_training
@@ -36,6 +37,9 @@ EPISODE_S = 3.0
 SWITCH_S = 1.5  # reach -> grasp
 PAN = {'red': 0.4, 'blue': -0.4}  # shoulder_pan target (rad) while working on that cube
 GRIPPER_CLOSED = 0.2
+# The trainers as a user runs them: `lerobot-lang train-policy|train-planner ...`.
+POLICY_CLI = SimpleNamespace(main=lambda argv: cli.main(['train-policy', *argv]))
+PLANNER_CLI = SimpleNamespace(main=lambda argv: cli.main(['train-planner', *argv]))
 INTERJECTION = ('do it gently', 'OK, gently.', 'put the red cube in the bowl gently')
 POLICY_STEPS = 300
 PLANNER_STEPS = 300
@@ -115,7 +119,7 @@ def test_importing_the_trainers_does_not_import_torch():
     assert out.returncode == 0, out.stdout + out.stderr
 
 
-@pytest.mark.parametrize('trainer', [policy_training, planner_training])
+@pytest.mark.parametrize('trainer', [POLICY_CLI, PLANNER_CLI])
 def test_a_missing_or_incomplete_dataset_folder_is_a_clear_error(trainer, tmp_path, capsys):
     missing = tmp_path / 'no_such_dataset'
     assert trainer.main([str(missing), str(tmp_path / 'out')]) == 2
@@ -131,9 +135,9 @@ def test_a_missing_or_incomplete_dataset_folder_is_a_clear_error(trainer, tmp_pa
 
 
 @pytest.mark.parametrize('trainer, argv, message', [
-    (policy_training, ['--shift-pixels', '-1'], 'shift_pixels must be >= 0'),
-    (planner_training, ['--vision-size', '48'], 'vision_size must be a multiple of 32'),
-    (planner_training, ['--change-frames', '-1'], 'change_frames must be >= 0'),
+    (POLICY_CLI, ['--shift-pixels', '-1'], 'shift_pixels must be >= 0'),
+    (PLANNER_CLI, ['--vision-size', '48'], 'vision_size must be a multiple of 32'),
+    (PLANNER_CLI, ['--change-frames', '-1'], 'change_frames must be >= 0'),
 ])
 def test_bad_image_settings_are_refused_before_any_work(trainer, argv, message, tmp_path,
                                                         capsys):
@@ -160,16 +164,16 @@ def _fake_dataset(root: Path, names: list[str]) -> Path:
 
 def test_policy_training_refuses_radians_and_the_planner_needs_language(tmp_path, capsys):
     radians = _fake_dataset(tmp_path / 'radians', list(JOINTS))
-    assert policy_training.main([str(radians), str(tmp_path / 'out')]) == 2
+    assert POLICY_CLI.main([str(radians), str(tmp_path / 'out')]) == 2
     assert '--units lerobot' in capsys.readouterr().err
     no_language = _fake_dataset(tmp_path / 'plain', [f'{j}.pos' for j in JOINTS])
-    assert planner_training.main([str(no_language), str(tmp_path / 'out')]) == 2
+    assert PLANNER_CLI.main([str(no_language), str(tmp_path / 'out')]) == 2
     err = capsys.readouterr().err
     assert str(no_language) in err and 'language_persistent' in err
     out = tmp_path / 'taken'
     out.mkdir()
     (out / 'x').write_text('')
-    assert policy_training.main([str(no_language), str(out)]) == 2
+    assert POLICY_CLI.main([str(no_language), str(out)]) == 2
     assert 'not empty' in capsys.readouterr().err
 
 
