@@ -59,6 +59,13 @@ logger = logging.getLogger(__name__)
 
 MODE_ACTION = 'action'
 MODE_PAUSED = 'paused'
+MODE_TELEOP = 'teleop'
+MODES = (MODE_ACTION, MODE_PAUSED, MODE_TELEOP)
+# Who commands the arm (RuntimeStatus.control_source): the policy's chunks in action mode, a
+# human's leader arm in teleop, or nobody (paused, dry run, a silent leader).
+CONTROL_POLICY = 'policy'
+CONTROL_HUMAN = 'human'
+CONTROL_NONE = 'none'
 REPLACE_POLICIES = ('tail', 'blend', 'append')
 
 # Tolerance for float error when deciding how many action slots have fully elapsed.
@@ -284,6 +291,7 @@ class ExecutorStatus:
     dry_run: bool = False  # actions are played without being sent (tick returns None)
     planned: int = 0  # dry run: actions played without being sent
     planned_target: tuple[float, ...] = ()  # dry run: the last action that was not sent
+    control_source: str = CONTROL_NONE  # who commands the arm: CONTROL_* (RuntimeStatus)
 
 
 class DispatchRecord(NamedTuple):
@@ -689,6 +697,19 @@ class ChunkExecutor:
             depth = len(self._queue)
             return depth == 0 or depth < self.cfg.refill_fraction * self._last_horizon
 
+    @property
+    def control_source(self) -> str:
+        """Who commands the arm now: CONTROL_POLICY, CONTROL_HUMAN or CONTROL_NONE."""
+        with self._lock:
+            return self._control_source_locked()
+
+    def _control_source_locked(self) -> str:
+        # A starved queue keeps the policy in control (the arm holds its last target between
+        # chunks); a dry run sends nothing, so nobody commands the arm.
+        if self._mode == MODE_ACTION and not self.cfg.dry_run:
+            return CONTROL_POLICY
+        return CONTROL_NONE
+
     def status(self) -> ExecutorStatus:
         """A consistent snapshot of mode, queue and counters."""
         with self._lock:
@@ -713,4 +734,5 @@ class ChunkExecutor:
                 flush_revision=self._flush_revision, control_period_s=self._period,
                 dry_run=self.cfg.dry_run, planned=self._planned,
                 planned_target=self._planned_target,
+                control_source=self._control_source_locked(),
             )

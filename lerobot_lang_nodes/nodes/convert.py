@@ -76,6 +76,7 @@ def status_to_msg(status: ExecutorStatus, stamp_s: float) -> RuntimeStatus:
         rejected_invalid=int(status.rejected_invalid), starved_ticks=int(status.starved_ticks),
         active_instruction=status.active_instruction,
         last_reject_reason=status.last_reject_reason, dry_run=bool(status.dry_run),
-        planned=int(status.planned), planned_target=list(status.planned_target))
+        planned=int(status.planned), planned_target=list(status.planned_target),
+        control_source=status.control_source)
     s_to_stamp(stamp_s, msg.header.stamp)
     return msg

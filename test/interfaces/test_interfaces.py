@@ -97,3 +97,24 @@ def test_run_task_action_feedback_and_result(peer, probe):
 def test_runtime_status_fields_exist():
     status = RuntimeStatus(mode=RuntimeStatus.MODE_PAUSED, queue_depth=3, dispatched=5)
     assert status.mode == 'paused' and RuntimeStatus.MODE_ACTION == 'action'
+
+
+def test_runtime_status_carries_teleop_and_control_source():
+    """The dataset contract: the mode teleop and who commanded the arm, appended last."""
+    status = RuntimeStatus(mode=RuntimeStatus.MODE_TELEOP,
+                           control_source=RuntimeStatus.CONTROL_HUMAN)
+    assert (status.mode, status.control_source) == ('teleop', 'human')
+    assert (RuntimeStatus.CONTROL_POLICY, RuntimeStatus.CONTROL_NONE) == ('policy', 'none')
+    fields = list(RuntimeStatus.get_fields_and_field_types())
+    assert fields[-1] == 'control_source' and fields.index('mode') == 1
+
+
+def test_status_message_says_who_commands():
+    """The executor's status reaches the message: policy in action mode, none when paused."""
+    from lerobot_lang_nodes.core.executor import ChunkExecutor, ExecutorConfig
+    from lerobot_lang_nodes.nodes.convert import status_to_msg
+
+    executor = ChunkExecutor(ExecutorConfig(action_names=('a',)))
+    assert status_to_msg(executor.status(), 1.0).control_source == RuntimeStatus.CONTROL_POLICY
+    executor.pause(1.0)
+    assert status_to_msg(executor.status(), 1.0).control_source == RuntimeStatus.CONTROL_NONE
