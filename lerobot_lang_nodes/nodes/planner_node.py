@@ -14,7 +14,6 @@ RunTask / VQA answer, instead of exiting into a restart loop.
 from __future__ import annotations
 
 import json
-import logging
 import os
 import threading
 import time
@@ -44,7 +43,6 @@ from lerobot_lang_nodes.nodes.diagnostics import DiagnosticsPublisher
 from lerobot_lang_nodes.nodes.observations import LatestObservations
 from lerobot_lang_nodes.nodes.params import declare_config, reject_unknown_parameters
 
-logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)

@@ -414,10 +414,6 @@ class So101Scene:
         rng = self.model.actuator_ctrlrange[self._act_ids]
         return rng[:, 0].copy(), rng[:, 1].copy()
 
-    def ctrl_targets(self) -> np.ndarray:
-        """Current position-actuator targets in radians."""
-        return self.data.ctrl[self._act_ids].copy()
-
     # ------------------------------------------------------------------------------ control
     def apply_action(self, goal_rad: np.ndarray) -> np.ndarray:
         """Set the six position-actuator targets (clipped to ctrlrange); returns what was set."""
@@ -473,11 +469,6 @@ class So101Scene:
         height, width = self.image_size
         focal = 0.5 * height / math.tan(math.radians(fovy) / 2.0)
         return CameraInfo(camera, width, height, focal, focal, width / 2.0, height / 2.0, fovy)
-
-    def camera_pose(self, camera: str) -> tuple[np.ndarray, np.ndarray]:
-        """World position (3,) and rotation matrix (3, 3) of ``camera`` (looks along -z)."""
-        cam_id = self.model.camera(camera).id
-        return self.data.cam_xpos[cam_id].copy(), self.data.cam_xmat[cam_id].reshape(3, 3).copy()
 
     # --------------------------------------------------------------------------- ground truth
     def _contact_bodies(self) -> list[tuple[int, int]]:

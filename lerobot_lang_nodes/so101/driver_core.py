@@ -51,7 +51,6 @@ from lerobot_lang_nodes.so101.registers import (
     STS3215_MODEL_NUMBER,
 )
 from lerobot_lang_nodes.so101.units import (
-    CURRENT_A_PER_COUNT,
     JointConverter,
     load_to_newton_metres,
     RAD_PER_STEP,
@@ -423,11 +422,6 @@ class So101Robot:
                 self._write_steps(steps)
                 self.counters['holds'] += 1
                 return
-
-    def read_present_current_a(self) -> np.ndarray:
-        """Present_Current of every servo in amperes (one extra SYNC_READ)."""
-        values = self.bus.sync_read(self.ids, 'Present_Current', check_errors=False)
-        return np.array([values[i] for i in self.ids]) * CURRENT_A_PER_COUNT
 
     # ---- motion --------------------------------------------------------------------------
 

@@ -50,11 +50,6 @@ def radians_to_steps(radians: float, cal: MotorCalibration) -> int:
     return int(round(radians_to_raw(radians, cal)))
 
 
-def steps_per_s_to_rad_per_s(velocity: float) -> float:
-    """Present_Velocity (steps/s) -> rad/s, with the same scale as positions."""
-    return velocity * RAD_PER_STEP
-
-
 def load_to_newton_metres(load: int, stall_torque_nm: float = STALL_TORQUE_NM) -> float:
     """Present_Load (0.1 % of stall torque, signed) -> N.m."""
     return load / LOAD_FULL_SCALE * stall_torque_nm

@@ -337,10 +337,6 @@ class MjpegServer:
         with self._lock:
             return self._streams
 
-    @property
-    def frames_published(self) -> int:
-        return self._hub.seq
-
     # -- publishing -------------------------------------------------------------------------
 
     def publish(self, frame: np.ndarray) -> int:
