@@ -201,6 +201,10 @@ class ExecutorConfig:
     # Chunks stamped further ahead than this (on the executor's clock) are refused: a policy
     # stamps the observation it was computed from, which cannot lie in the future.
     max_future_s: float = 1.0
+    # Chunks computed from an observation older than this (stamp against the executor's own
+    # clock, so no other computer's clock is trusted) are discarded: a chunk delayed by a
+    # stalled link is not played after it; 0 disables.
+    max_observation_age_s: float = 0.0
     # Rejections are logged on the first one of each kind, then on every Nth with a count.
     log_every: int = 20
 
@@ -246,7 +250,7 @@ class ExecutorConfig:
         for name in ('time_align', 'start_paused', 'dry_run'):
             if not isinstance(getattr(self, name), bool):
                 raise config_error(name, getattr(self, name), 'True or False')
-        for name in ('period_tolerance', 'max_future_s'):
+        for name in ('period_tolerance', 'max_future_s', 'max_observation_age_s'):
             value = getattr(self, name)
             if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
                 raise config_error(name, value, 'a finite number >= 0')
@@ -291,6 +295,7 @@ class ExecutorStatus:
     dry_run: bool = False  # actions are played without being sent (tick returns None)
     planned: int = 0  # dry run: actions played without being sent
     planned_target: tuple[float, ...] = ()  # dry run: the last action that was not sent
+    discarded_old_observation: int = 0  # of discarded_stale: older than max_observation_age_s
     control_source: str = CONTROL_NONE  # who commands the arm: CONTROL_* (RuntimeStatus)
 
 
@@ -368,6 +373,7 @@ class ChunkExecutor:
         self._reject_counts: dict[str, int] = {}
         self._dispatched = 0
         self._discarded_stale = 0
+        self._old_observation = 0
         self._rejected_invalid = 0
         self._starved = 0
         self._accepted = 0
@@ -475,6 +481,12 @@ class ChunkExecutor:
             if chunk.stamp_s < self._pause_guard_s:
                 return self._stale(chunk, f'observed before pause: stamp {chunk.stamp_s:.6f} '
                                           f'< pause at {self._pause_guard_s:.6f}')
+            limit = self.cfg.max_observation_age_s
+            if limit > 0 and now_s - chunk.stamp_s > limit:
+                self._old_observation += 1
+                return self._stale(chunk, f'observation too old: {now_s - chunk.stamp_s:.3f} s '
+                                          f'> max_observation_age_s {limit:g} s (a delayed '
+                                          'link?)')
             period = chunk.period_s or self._period
             skipped = 0
             if self.cfg.time_align and now_s > chunk.stamp_s:
@@ -735,4 +747,5 @@ class ChunkExecutor:
                 dry_run=self.cfg.dry_run, planned=self._planned,
                 planned_target=self._planned_target,
                 control_source=self._control_source_locked(),
+                discarded_old_observation=self._old_observation,
             )

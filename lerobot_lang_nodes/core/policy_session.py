@@ -18,7 +18,14 @@ A result is kept only if it is still useful, in this order:
 When to start is ``core/inference_gate.py``, the real-time chunking books ``core/rtc.py``,
 the record of each inference ``core/inference_file.py``. Two clocks are injected:
 ``monotonic`` (rate limit, status freshness, latency, the inference log) and ``clock``, the
-executor's (ROS time: sim time in simulation), on which observations are stamped.
+node's (ROS time: sim time in simulation). Observations are stamped by the robot side, whose
+clock another computer's need not agree with: every age (expiry, RTC's delay, freshness) is
+measured on ``robot_clock`` (core/freshness.py), the newest robot stamp advanced by ``clock``.
+
+Freshness: an inference does not start on an observation older than
+``max_observation_age_s`` on the robot's clock (a stalled or congested link, a robot that
+stopped publishing); each refused observation is counted (``stale_observations``) and the
+next wake-up looks again.
 """
 
 from __future__ import annotations
@@ -34,6 +41,7 @@ from typing import Any
 import numpy as np
 
 from lerobot_lang_nodes.core.control_loop import ThrottledLog, python_logger_emit
+from lerobot_lang_nodes.core.freshness import RobotClock
 from lerobot_lang_nodes.core.inference_file import InferenceFile
 from lerobot_lang_nodes.core.inference_gate import ExecutorView, InferenceGate
 from lerobot_lang_nodes.core.prompts import action_instruction
@@ -55,8 +63,13 @@ class SessionConfig:
     inference_timeout_s: float = 5.0  # 0 disables
     rtc: bool = False  # the backend is guided by the executing chunk (core/rtc.py)
     ack_timeout_s: float = ACK_TIMEOUT_S
+    # Do not infer on an observation older than this on the robot's clock; 0 disables.
+    max_observation_age_s: float = 0.2
 
     def __post_init__(self) -> None:
+        if self.max_observation_age_s < 0:
+            raise ValueError(f'max_observation_age_s is {self.max_observation_age_s}; expected '
+                             '>= 0 (0 disables)')
         if self.condition_on not in CONDITIONS:
             raise ValueError(f'condition_on is {self.condition_on!r}; expected one of '
                              f'{CONDITIONS}')
@@ -74,6 +87,7 @@ class StatusReport:
     last_chunk_sequence: int = 0  # chunk of the last dispatched action
     queue_depth: int = 0
     control_period_s: float = 0.0  # 0: not announced
+    stamp_s: float | None = None  # the executor's clock (robot side); None: not stamped
 
 
 @dataclass(frozen=True)
@@ -115,6 +129,7 @@ class _Counters:
     discarded_in_flight: int = 0
     expired: int = 0  # chunks already in the past when inferred, not published
     rtc_guided: int = 0  # inferences given the executing chunk's left-over
+    stale_observations: int = 0  # observations too old to infer on (max_observation_age_s)
     latencies: deque[float] = field(default_factory=lambda: deque(maxlen=LATENCY_WINDOW))
 
 
@@ -128,7 +143,10 @@ class PolicySession:
                  inference_log: InferenceFile | None = None) -> None:
         self.config = config
         self._mono = monotonic
-        self._clock = clock
+        self.robot_clock = RobotClock(clock)
+        self._clock = self.robot_clock.now
+        self._stale_stamp: float | None = None  # the last observation refused as too old
+        self._age_last = 0.0  # age of the last observation an inference started on
         self.log = ThrottledLog(emit or python_logger_emit(logger), monotonic)
         self._inference_log = inference_log
         self._lock = threading.Lock()
@@ -169,11 +187,14 @@ class PolicySession:
         with self._lock:
             self._status = status
             self._status_wall = self._mono()
+            if status.stamp_s is not None:
+                self.robot_clock.observe(status.stamp_s)
             self.gate.acknowledged(status.last_accepted_sequence)
 
     def on_joints(self, joints: Joints) -> None:
         with self._lock:
             self._joints = joints
+            self.robot_clock.observe(joints.stamp_s)
 
     # --- inference ----------------------------------------------------------------------
     def _instruction(self) -> tuple[str, int, int]:
@@ -206,6 +227,14 @@ class PolicySession:
                                 flush_revision=st.flush_revision or None)
             if not self.gate.should_start(now, view, revision, flush):
                 return None
+            age = self._clock() - joints.stamp_s
+            limit = self.config.max_observation_age_s
+            if limit > 0 and age > limit:
+                self._refuse_stale(joints.stamp_s, age, limit)
+                return None
+            self._age_last = age
+            if self.last_outcome == 'stale':
+                self.last_outcome = ''
             self.gate.started(now, revision, flush)
             period = float(st.control_period_s)
             observation: dict[str, Any] = {
@@ -233,6 +262,18 @@ class PolicySession:
             self._infer_started = start
             context_wall = self._context_wall if self.config.condition_on == 'context' else None
             return Inference(instruction, revision, flush, context_wall, observation, start)
+
+    def _refuse_stale(self, stamp: float, age: float, limit: float) -> None:
+        """Count an observation too old to infer on, once per observation (lock held)."""
+        self.last_outcome = 'stale'
+        self._age_last = age
+        if stamp == self._stale_stamp:
+            return
+        self._stale_stamp = stamp
+        self.counts.stale_observations += 1
+        self.log(logging.WARNING, f'observation {age:.3f} s old on the robot\'s clock > '
+                 f'max_observation_age_s {limit:g} s: not inferring on it (a stalled or '
+                 f'congested link?); {self.counts.stale_observations} so far', key='stale')
 
     def failed(self, job: Inference, exc: BaseException) -> None:
         """The backend raised: counted, logged; the next refill retries."""
@@ -362,6 +403,9 @@ class PolicySession:
                 'latency_mean_ms': float(lat.mean()) if lat.size else 0.0,
                 'inference_running_s': running, 'last_error': self.last_error,
                 'rtc_guided': c.rtc_guided, 'rtc_delay_steps': self._rtc_delay,
+                'stale_observations': c.stale_observations,
+                'observation_age_last_ms': self._age_last * 1000.0,
+                'max_observation_age_s': self.config.max_observation_age_s,
             }
             outcome, published = self.last_outcome, c.chunks_published
         timeout = self.config.inference_timeout_s
@@ -371,6 +415,9 @@ class PolicySession:
             return 'warn', f'last inference failed: {values["last_error"]}', values
         if outcome == 'timeout':
             return 'warn', 'last inference exceeded inference_timeout_s', values
+        if outcome == 'stale':
+            return 'warn', (f'observation {values["observation_age_last_ms"]:.0f} ms old > '
+                            f'max_observation_age_s: not inferring'), values
         if outcome == 'expired':
             return 'warn', 'last chunk expired before it could be published (inference slower ' \
                 'than a chunk lasts)', values

@@ -149,6 +149,7 @@ class SimulatorBridge:
                   'publish_errors': self.publish_errors, 'mode': st.mode,
                   'dispatched': st.dispatched, 'starved_ticks': st.starved_ticks,
                   'discarded_stale': st.discarded_stale,
+                  'discarded_old_observation': st.discarded_old_observation,
                   'rejected_invalid': st.rejected_invalid, 'ctrl_hz': self.cfg.ctrl_hz}
         if self._cadence is not None:
             values.update({f'loop.{k}': v for k, v in self._cadence.stats().items()})

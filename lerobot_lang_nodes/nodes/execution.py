@@ -34,6 +34,11 @@ class ExecutorParams:
         'doc': 'Dry run: chunks are accepted and played at the control rate but never sent '
                'to the robot, which holds; runtime_status reports planned and '
                'planned_target. The first thing to do with a new checkpoint.'})
+    max_chunk_age_s: float = field(default=2.0, metadata={
+        'doc': 'Discard a chunk whose observation stamp is older than this on arrival (s; '
+               'the executor\'s own clock against the stamp the robot side issued): a chunk '
+               'delayed by a stalled link to a remote policy is not played; counted as '
+               'discarded_old_observation. 0 disables.', 'range': (0.0, 600.0)})
     status_hz: float = field(default=5.0, metadata={
         'doc': 'runtime_status rate (Hz); also sent at once when the queue crosses the refill '
                'threshold.', 'range': (0.1, 100.0)})
@@ -70,7 +75,7 @@ def make_executor(params: ExecutorParams, action_names: tuple[str, ...], ctrl_hz
         upper_limits=(np.asarray(upper) + margin).tolist(),
         refill_fraction=params.refill_fraction, replace=params.replace,
         time_align=params.time_align, start_paused=params.start_paused,
-        dry_run=params.dry_run), **kw)
+        dry_run=params.dry_run, max_observation_age_s=params.max_chunk_age_s), **kw)
 
 
 def submit_chunk_msg(executor: ChunkExecutor, msg: ActionChunk, now_s: float) -> None:

@@ -133,6 +133,17 @@ class PolicyConfig:
         'doc': 'RTC: how the guidance weight falls from the delay to the execution horizon '
                '(LeRobot\'s prefix_attention_schedule).',
         'choices': ('linear', 'exp', 'ones', 'zeros')})
+    max_observation_age_s: float = field(default=0.2, metadata={
+        'doc': 'Do not infer on an observation (joint state) older than this (s), its age '
+               'measured on the robot side\'s clock: the newest stamp the robot issued '
+               '(joint states, runtime_status) advanced by the time since it arrived, so a '
+               'policy computer whose clock disagrees with the robot\'s judges the same '
+               '(core/freshness.py). Counted as stale_observations on /diagnostics. '
+               '0 disables.', 'range': (0.0, 60.0)})
+    clock_offset_s: float = field(default=0.0, metadata={
+        'doc': 'Tests: add this to every reading of the node\'s clock, as on a computer whose '
+               'clock disagrees with the robot\'s by that much. 0 in use.',
+        'range': (-1.0e6, 1.0e6)})
     inference_log_path: str = field(default='', metadata={
         'doc': 'Write one JSON line per inference here (context received, start, end, '
                'observation stamp, outcome, chunk sequence; core/inference_file.py): where '
@@ -179,6 +190,7 @@ class PolicyNode(Node):
                           max_inference_hz=self.cfg.max_inference_hz,
                           status_timeout_s=self.cfg.status_timeout_s,
                           inference_timeout_s=self.cfg.inference_timeout_s,
+                          max_observation_age_s=self.cfg.max_observation_age_s,
                           rtc=bool(getattr(self.backend, 'rtc', False))),
             clock=self._now_s, emit=runner.log_emitter(self), inference_log=self._inference_log)
 
@@ -251,7 +263,7 @@ class PolicyNode(Node):
         return level, message, values
 
     def _now_s(self) -> float:
-        return self.get_clock().now().nanoseconds * 1e-9
+        return self.get_clock().now().nanoseconds * 1e-9 + self.cfg.clock_offset_s
 
     # --- inputs -------------------------------------------------------------------------
     def _on_joints(self, msg: JointState) -> None:
@@ -273,7 +285,8 @@ class PolicyNode(Node):
             revision=int(msg.context_revision), flush_revision=int(msg.flush_revision),
             last_accepted_sequence=int(msg.last_accepted_sequence),
             last_chunk_sequence=int(msg.last_chunk_sequence),
-            queue_depth=int(msg.queue_depth), control_period_s=float(msg.control_period_s)))
+            queue_depth=int(msg.queue_depth), control_period_s=float(msg.control_period_s),
+            stamp_s=convert.stamp_to_s(msg.header.stamp) or None))
         self._wake.set()
 
     # --- inference ----------------------------------------------------------------------

@@ -38,7 +38,9 @@ class Rig:
         self.logs: list[tuple[int, str]] = []
         self.log_path = tmp_path / 'inference.jsonl' if tmp_path is not None else None
         self.session = PolicySession(
-            SessionConfig(**{'max_inference_hz': 1000.0, **cfg}), monotonic=self.mono,
+            # Freshness off unless a test sets it: the rig steps time without new joints.
+            SessionConfig(**{'max_inference_hz': 1000.0, 'max_observation_age_s': 0.0,
+                             **cfg}), monotonic=self.mono,
             clock=self.ros, emit=lambda level, text: self.logs.append((level, text)),
             inference_log=InferenceFile(self.log_path) if self.log_path else None)
         self.session.on_joints(Joints(('a', 'b'), np.zeros(2), stamp_s=self.ros.t))
