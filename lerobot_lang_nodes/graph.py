@@ -334,13 +334,16 @@ def _real_robot_overrides(values: dict[str, str]) -> dict[str, dict[str, object]
 
 
 def launch_plan(graph_name: str, values: dict[str, str],
-                out_dir: Path | None = None) -> LaunchPlan:
+                out_dir: Path | None = None,
+                overrides: dict[str, dict[str, object]] | None = None) -> LaunchPlan:
     """Resolve launch argument values (strings) into the nodes and parameters to start.
 
     Shared by launch/sim.launch.py and launch/real.launch.py, so `ros2 launch` starts what
-    `lerobot-lang sim|real` starts; the parameters go into one file whose keys match under
+    `lerobot-lang sim|real` starts, and by testing.SimGraph, so tests and benchmarks start
+    that graph too; the parameters go into one file whose keys match under
     any namespace: ``out_dir``/lerobot_lang_<graph>_params.yaml (the launch files pass the
-    launch's log folder), else a new temporary file the caller removes.
+    launch's log folder), else a new temporary file the caller removes. ``overrides``
+    (``{node: {parameter: value}}``) are set over the params file like the arguments' own.
     """
     import tempfile
     defaults = {a.name: a.default for a in launch_arguments(graph_name)}
@@ -351,8 +354,9 @@ def launch_plan(graph_name: str, values: dict[str, str],
     nodes_of, simulator = (SIMULATORS[v['simulator']] if graph_name == 'sim'
                            else (graph_name, ''))
     params_file = Path(v['params_file']) if v['params_file'] else default_params_file(nodes_of)
-    overrides = model_overrides(v['policy_path'], v['policy_backend'], v['planner_model'],
-                                v['planner_backend'], v['hierarchical'], v['device'])
+    overrides = _merge(model_overrides(v['policy_path'], v['policy_backend'],
+                                       v['planner_model'], v['planner_backend'],
+                                       v['hierarchical'], v['device']), overrides or {})
     if simulator:
         overrides = _merge(overrides, {ROBOCASA_BRIDGE.name: {'simulator': simulator}})
     if _truthy(v['dry_run']):

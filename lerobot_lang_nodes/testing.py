@@ -711,38 +711,55 @@ def run_task(probe: RosProbe, task: str, time_limit_s: float, timeout_s: float,
 
 
 class SimGraph:
-    """The sim graph's processes (graph.SIM, each its own process) plus a subscribed probe.
+    """The sim graph as `ros2 launch lerobot_lang_nodes sim.launch.py` starts it (the same
+    graph.launch_plan), each node its own process, plus a subscribed probe.
 
-    ``params`` overrides node parameters of config/sim.yaml: ``{'planner': {'key': value}}``.
-    Every dispatched action is logged by sim_bridge (``dispatches()``), every inference by the
-    policy (``inferences()``).
+    ``launch``: launch argument values (``{'composed': 'true'}``); ``params``: node parameters
+    set over config/sim.yaml (``{'planner': {'key': value}}``); ``env``: the node processes'
+    environment (default: this process's); ``probe=False`` leaves the DDS side to the caller
+    (a benchmark with its own subscriptions). Every dispatched action is logged by sim_bridge
+    (``dispatches()``), every inference by the policy (``inferences()``).
     """
 
     def __init__(self, tmp: Path, params: dict[str, dict[str, Any]] | None = None,
-                 probe_name: str = 'sim_graph_probe') -> None:
-        import yaml
-
-        from lerobot_lang_msgs.msg import LanguageContext, RuntimeStatus, TaskOutcome
+                 probe_name: str = 'sim_graph_probe', *, launch: dict[str, str] | None = None,
+                 env: dict[str, str] | None = None, viewer: bool = True,
+                 probe: bool = True) -> None:
         from lerobot_lang_nodes import graph
-        from lerobot_lang_nodes.nodes import qos
         self.tmp = tmp
         self.dispatch_log = tmp / 'dispatch.jsonl'
-        values = yaml.safe_load(graph.default_params_file('sim').read_text())
-        values['sim_bridge']['ros__parameters']['dispatch_log_path'] = str(self.dispatch_log)
         self.inference_log = tmp / 'inference.jsonl'
-        values['policy']['ros__parameters']['inference_log_path'] = str(self.inference_log)
-        self.viewer_port = free_port()
-        values['viewer']['ros__parameters']['port'] = self.viewer_port
-        for node, overrides in (params or {}).items():
-            values.setdefault(node, {}).setdefault('ros__parameters', {}).update(overrides)
-        self.params_file = tmp / 'sim.yaml'
-        self.params_file.write_text(yaml.safe_dump(values))
+        # Not the default 8010: a live `lerobot-lang sim` on this machine may hold it.
+        self.viewer_port = free_port() if viewer else 0
+        values = {'viewer': 'true' if viewer else 'false', **(launch or {})}
+        if viewer:
+            values.setdefault('viewer_port', str(self.viewer_port))
+        overrides: dict[str, dict[str, Any]] = {
+            'sim_bridge': {'dispatch_log_path': str(self.dispatch_log)},
+            'policy': {'inference_log_path': str(self.inference_log)}}
+        for node, values_of_node in (params or {}).items():
+            overrides.setdefault(node, {}).update(values_of_node)
+        self.plan = graph.launch_plan('sim', values, out_dir=tmp, overrides=overrides)
+        self.params_file = self.plan.params_file
+        self.env = env
         self.argv: dict[str, list[str]] = {}
         self.procs: dict[str, NodeProcess] = {}
-        for spec in graph.SIM:
-            self.argv[spec.name] = [sys.executable, '-m', spec.module,
+        for spec in self.plan.specs:
+            self.argv[spec.name] = [graph.interpreter(spec), '-m', spec.module,
                                     *graph.ros_args(spec, self.params_file)]
             self.start(spec.name)
+        self.probe: RosProbe | None = None
+        if probe:
+            self._subscribe(probe_name)
+
+    def params_of(self, node: str) -> dict[str, Any]:
+        """The parameters the params file gives ``node`` (where it differs from the node's
+        dataclass defaults, nodes/params.config_defaults)."""
+        return dict(self.plan.params.get(node, {}).get('ros__parameters', {}))
+
+    def _subscribe(self, probe_name: str) -> None:
+        from lerobot_lang_msgs.msg import LanguageContext, RuntimeStatus, TaskOutcome
+        from lerobot_lang_nodes.nodes import qos
         self.probe = RosProbe(probe_name)
         self.status = self.probe.subscribe(RuntimeStatus, 'runtime_status', qos.STATUS)
         self.context = self.probe.subscribe(LanguageContext, 'language_context', qos.LATCHED)
@@ -752,7 +769,7 @@ class SimGraph:
         """(Re)start one node; a restart's log goes to ``<name>.<n>.log``."""
         n = sum(1 for p in self.tmp.glob(f'{name}*.log'))
         log = self.tmp / (f'{name}.log' if n == 0 else f'{name}.{n}.log')
-        self.procs[name] = NodeProcess(name, self.argv[name], log)
+        self.procs[name] = NodeProcess(name, self.argv[name], log, env=self.env)
         return self.procs[name]
 
     def wait_ready(self, timeout_s: float = 60.0) -> None:
@@ -787,4 +804,5 @@ class SimGraph:
     def close(self) -> None:
         for proc in self.procs.values():
             proc.stop()
-        self.probe.close()
+        if self.probe is not None:
+            self.probe.close()
