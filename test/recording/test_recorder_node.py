@@ -4,6 +4,7 @@ start / stop services, health on /diagnostics, a clean stop and a SIGKILL."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 
@@ -132,3 +133,30 @@ def test_a_killed_recorder_leaves_a_bag_readable_up_to_its_last_flush(launch_nod
         row.record(lost=len(set(sent) - set(got)))
         assert not (bag / 'metadata.yaml').exists()
         assert got == sent
+
+
+def test_every_image_survives_a_recorder_that_is_not_scheduled(launch_node, probe, tmp_path):
+    """A loaded machine deschedules the recorder for a few frame periods; best-effort images
+    that arrive meanwhile wait in its DDS history (image_history_depth) instead of being lost.
+    The stall is made exact with SIGSTOP; the publisher is a camera's: sensor-data QoS."""
+    out = tmp_path / 'bags'
+    diagnostics = probe.subscribe(DiagnosticArray, 'diagnostics', qos.STATUS)
+    proc = launch_node(MODULE, params=_params(out))
+    image_pub = probe.publisher(Image, 'cameras/front/image_raw', qos.SENSOR,
+                                wait_subscribers=1, timeout_s=30.0)
+    image = Image(height=48, width=64, encoding='rgb8', step=192,
+                  data=np.full(48 * 192, 7, dtype=np.uint8).tobytes())
+    sent = 24  # 0.8 s of a 30 Hz camera
+    os.kill(proc.pid, signal.SIGSTOP)
+    try:
+        for i in range(sent):
+            image.header.stamp.sec = 1000 + i
+            image_pub.publish(image)
+    finally:
+        os.kill(proc.pid, signal.SIGCONT)
+    wait_until(lambda: int(_diag_values(diagnostics.snapshot()).get('written', 0)) >= sent,
+               20.0, f'the recorder to write {sent} images', [proc])
+    assert proc.stop() == 0
+    (bag,) = _bags(out)
+    stamps = [m.header.stamp.sec for m in _read(bag, '/cameras/front/image_raw')]
+    assert stamps == [1000 + i for i in range(sent)]
