@@ -83,6 +83,22 @@ def test_state_units_round_trip_radians_with_a_calibration(state_units) -> None:
     assert np.allclose(conv_rev.to_radians(values[::-1]), Q[::-1], atol=1e-9)
 
 
+@pytest.mark.parametrize('state_units', ['degrees', 'range_m100_100'])
+def test_a_chunk_converts_to_radians_as_each_value_does(state_units) -> None:
+    """The whole-chunk conversion equals LeRobot's per-value unnormalisation, bounds
+    included (values past -100..100 / 0..100 are held at the range's end), in any order."""
+    rng = np.random.default_rng(0)
+    for order in (JOINT_NAMES, tuple(reversed(JOINT_NAMES))):
+        conv = lp.StateUnits(CALIBRATION, state_units, order, zero_rad=rng.normal(0, 0.1, 6))
+        chunk = rng.uniform(-150.0, 150.0, (50, 6))
+        expect = np.array([[units.lerobot_to_radians(v, CALIBRATION[j],
+                                                     conv._conv.modes[j])
+                            + conv._zero[JOINT_NAMES.index(j)] for j, v in zip(order, row)]
+                           for row in chunk])
+        np.testing.assert_allclose(conv.to_radians(chunk), expect, rtol=0, atol=1e-12)
+        assert conv.to_radians(chunk[0]).shape == (6,)
+
+
 def test_act_chunk_names_length_and_units_path(checkpoints, calibration_file) -> None:
     policy = lp.LeRobotPolicy(cfg(checkpoints['act'], calibration_path=str(calibration_file)))
     assert policy.policy_type == 'act' and policy.action_names == JOINT_NAMES

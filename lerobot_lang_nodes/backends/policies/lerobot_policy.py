@@ -311,6 +311,23 @@ class StateUnits:
         # Radians of the calibrated joint zero (JOINT_NAMES order): 0 on a calibrated arm.
         self._zero = np.zeros(len(JOINT_NAMES)) if zero_rad is None else np.asarray(
             zero_rad, dtype=np.float64)
+        # LeRobot units -> radians is affine per joint after LeRobot's bounding (none in
+        # degrees, -100..100 or 0..100 otherwise): slope, offset and bounds per column of
+        # ``order``, so a whole chunk converts in a few array operations instead of a Python
+        # call per value (about 1 ms of a 50-action chunk, a few % of a small model's call).
+        lo, hi, slope, offset = [], [], [], []
+        for j in self.order:
+            k = JOINT_NAMES.index(j)
+            cal, mode = self._conv.calibration[j], self._conv.modes[j]
+            at0, at1 = (units.lerobot_to_radians(v, cal, mode) for v in (0.0, 1.0))
+            bounds = {units.NormMode.RANGE_M100_100: (-100.0, 100.0),
+                      units.NormMode.RANGE_0_100: (0.0, 100.0)}.get(mode, (-np.inf, np.inf))
+            lo.append(bounds[0])
+            hi.append(bounds[1])
+            slope.append(at1 - at0)
+            offset.append(at0 + self._zero[k])
+        self._lo, self._hi = np.array(lo), np.array(hi)
+        self._slope, self._offset = np.array(slope), np.array(offset)
 
     def to_lerobot(self, radians: Sequence[float]) -> np.ndarray:
         """Radians (``order``) -> LeRobot units (``order``)."""
@@ -321,10 +338,7 @@ class StateUnits:
     def to_radians(self, values: np.ndarray) -> np.ndarray:
         """(..., n) LeRobot units (``order``) -> radians (``order``)."""
         flat = np.asarray(values, dtype=np.float64).reshape(-1, len(self.order))
-        out = np.empty_like(flat)
-        for i, row in enumerate(flat):
-            rad = self._conv.from_lerobot(dict(zip(self.order, row))) + self._zero
-            out[i] = rad[[JOINT_NAMES.index(j) for j in self.order]]
+        out = np.clip(flat, self._lo, self._hi) * self._slope + self._offset
         return out.reshape(np.shape(values))
 
 
