@@ -47,3 +47,27 @@ def from_rgb(image: np.ndarray) -> tuple[int, int, int, bytes]:
                                f'dtype {image.dtype}')
     h, w, _ = image.shape
     return h, w, w * 3, np.ascontiguousarray(image).tobytes()
+
+
+def encode_jpeg(image: np.ndarray, quality: int = 85) -> bytes:
+    """Baseline JPEG bytes of an HxWx3 uint8 RGB array (a remote consumer's frames)."""
+    import io
+
+    from PIL import Image  # lazy: only the compressed path needs it
+    from_rgb(image)  # the same checks as a raw message's
+    buf = io.BytesIO()
+    Image.fromarray(np.ascontiguousarray(image)).save(buf, format='JPEG', quality=int(quality))
+    return buf.getvalue()
+
+
+def decode_compressed(data: bytes | memoryview) -> np.ndarray:
+    """HxWx3 uint8 RGB from JPEG or PNG bytes (a sensor_msgs/CompressedImage's data): the
+    same array the raw path's ``to_rgb`` gives, up to the codec's loss."""
+    import io
+
+    from PIL import Image, UnidentifiedImageError
+    try:
+        with Image.open(io.BytesIO(bytes(data))) as img:
+            return np.ascontiguousarray(np.asarray(img.convert('RGB'), dtype=np.uint8))
+    except (UnidentifiedImageError, OSError, ValueError) as exc:
+        raise ImageFormatError(f'compressed image cannot be decoded: {exc}') from exc

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from sensor_msgs.msg import Image
+from sensor_msgs.msg import CompressedImage, Image
 
 from lerobot_lang_msgs.msg import ActionChunk, RuntimeStatus
 from lerobot_lang_nodes.core import images
@@ -35,6 +35,24 @@ def rgb_to_image(rgb: np.ndarray, stamp_s: float, frame_id: str) -> Image:
     s_to_stamp(stamp_s, msg.header.stamp)
     msg.header.frame_id = frame_id
     return msg
+
+
+# image_transport's compressed format: the raw encoding; the JPEG reads as bgr8 in OpenCV.
+JPEG_FORMAT = 'rgb8; jpeg compressed bgr8'
+
+
+def rgb_to_compressed(rgb: np.ndarray, stamp_s: float, frame_id: str,
+                      quality: int = 85) -> CompressedImage:
+    """A sensor_msgs/CompressedImage (JPEG) of an RGB frame, for ``<image topic>/compressed``."""
+    msg = CompressedImage(format=JPEG_FORMAT, data=images.encode_jpeg(rgb, quality))
+    s_to_stamp(stamp_s, msg.header.stamp)
+    msg.header.frame_id = frame_id
+    return msg
+
+
+def compressed_to_rgb(msg: CompressedImage) -> np.ndarray:
+    """HxWx3 uint8 RGB from a CompressedImage (JPEG or PNG); raises images.ImageFormatError."""
+    return images.decode_compressed(msg.data)
 
 
 def chunk_from_msg(msg: ActionChunk) -> Chunk:

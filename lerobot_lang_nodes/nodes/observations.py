@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
-from sensor_msgs.msg import Image
+from sensor_msgs.msg import CompressedImage, Image
 from std_msgs.msg import String
 
 from lerobot_lang_nodes.core.images import ImageFormatError
@@ -26,6 +26,10 @@ class LatestObservations:
     lock, on the subscription's thread): the planner looks again when something new arrives.
     ``on_truth(truth, sent_ns)``, when given, sees each ground truth with its DDS source time
     (wall clock, ns; None where the RMW gives none) once it is the current one.
+
+    ``transport`` 'compressed' subscribes ``<image topic>/compressed`` (image_transport's
+    name; a policy on another computer than the cameras) and decodes each JPEG into the same
+    HxWx3 uint8 RGB array the raw path gives.
     """
 
     GROUND_TRUTH = 'ground_truth'
@@ -33,30 +37,39 @@ class LatestObservations:
     def __init__(self, node: Any, cameras: Sequence[str], image_topic_pattern: str,
                  ground_truth_topic: str = '',
                  on_update: Callable[[str], None] | None = None,
-                 on_truth: Callable[[dict, int | None], None] | None = None) -> None:
+                 on_truth: Callable[[dict, int | None], None] | None = None,
+                 transport: str = 'raw') -> None:
         self._node = node
         self._lock = threading.Lock()
         self._images: dict[str, np.ndarray] = {}
+        self._stamps: dict[str, float] = {}
         self._truth: dict | None = None
         self._counts: dict[str, int] = {}
         self._on_update = on_update
         self._on_truth_hook = on_truth
+        if transport not in ('raw', 'compressed'):
+            raise ValueError(f"image transport {transport!r}; expected 'raw' or 'compressed'")
+        msg_type, suffix, self._decode = ((Image, '', convert.image_to_rgb)
+                                          if transport == 'raw' else
+                                          (CompressedImage, '/compressed',
+                                           convert.compressed_to_rgb))
         for cam in cameras:
-            node.create_subscription(Image, image_topic_pattern.format(name=cam),
+            node.create_subscription(msg_type, image_topic_pattern.format(name=cam) + suffix,
                                      lambda m, c=cam: self._on_image(c, m), qos.SENSOR)
         self._truth_topic = ground_truth_topic
         if ground_truth_topic:
             node.create_subscription(String, ground_truth_topic, self._on_truth, qos.LATCHED)
 
-    def _on_image(self, camera: str, msg: Image) -> None:
+    def _on_image(self, camera: str, msg: Image | CompressedImage) -> None:
         try:
-            rgb = convert.image_to_rgb(msg)
+            rgb = self._decode(msg)
         except ImageFormatError as exc:
             self._node.get_logger().warning(f'camera {camera}: {exc}',
                                             throttle_duration_sec=5.0)
             return
         with self._lock:
             self._images[camera] = rgb
+            self._stamps[camera] = convert.stamp_to_s(msg.header.stamp)
             self._counts[camera] = self._counts.get(camera, 0) + 1
         if self._on_update is not None:
             self._on_update(camera)
@@ -88,6 +101,11 @@ class LatestObservations:
     def images(self) -> dict[str, np.ndarray]:
         with self._lock:
             return dict(self._images)
+
+    def stamps(self) -> dict[str, float]:
+        """The header stamp of each camera's newest image (the robot side's clock)."""
+        with self._lock:
+            return dict(self._stamps)
 
     def image(self, camera: str) -> np.ndarray | None:
         with self._lock:

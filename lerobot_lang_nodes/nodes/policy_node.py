@@ -110,6 +110,12 @@ class PolicyConfig:
         'doc': 'Cameras whose latest frames are given to the policy.'})
     image_topic_pattern: str = field(default='cameras/{name}/image_raw', metadata={
         'doc': 'Image topic of each camera; {name} is replaced by the camera name.'})
+    image_transport: str = field(default='raw', metadata={
+        'doc': '"raw": sensor_msgs/Image on image_topic_pattern (one computer: shared '
+               'memory); "compressed": sensor_msgs/CompressedImage (JPEG) on '
+               '<image topic>/compressed, decoded here into the same RGB arrays (a policy on '
+               'another computer than the cameras; the robot side publishes them with '
+               'publish_compressed).', 'choices': ('raw', 'compressed')})
     ground_truth_topic: str = field(default='sim/ground_truth', metadata={
         'doc': 'Simulator ground truth (JSON) for privileged sim experts; empty disables.'})
     status_timeout_s: float = field(default=2.0, metadata={
@@ -206,7 +212,8 @@ class PolicyNode(Node):
             CommandSubscription(self, String, 'task', lambda msg, _sent: self._on_task(msg))
         self.observations = LatestObservations(self, self.cfg.cameras,
                                                self.cfg.image_topic_pattern,
-                                               self.cfg.ground_truth_topic)
+                                               self.cfg.ground_truth_topic,
+                                               transport=self.cfg.image_transport)
         self._running = True
         self._thread = threading.Thread(target=self._work, name='policy-inference',
                                         daemon=True)

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from rclpy.impl.implementation_singleton import rclpy_implementation as _rclpy
 from rclpy.node import Node
-from sensor_msgs.msg import CameraInfo, Image, JointState
+from sensor_msgs.msg import CameraInfo, CompressedImage, Image, JointState
 from std_msgs.msg import String
 
 from lerobot_lang_msgs.msg import LanguageContext, TaskOutcome
@@ -61,6 +61,11 @@ class SimBridgeConfig(ExecutionParams):
         'doc': 'Image publish rate (sim Hz). Frames are drawn on a render thread (~10-40 ms '
                'of CPU per camera); a camera tick during a frame is skipped and counted.',
         'range': (0.1, 60.0)})
+    publish_compressed: bool = field(default=False, metadata={
+        'doc': 'Also publish cameras/<name>/image_raw/compressed (JPEG, image_transport\'s '
+               'name) for a policy on another computer (its image_transport compressed).'})
+    jpeg_quality: int = field(default=85, metadata={
+        'doc': 'JPEG quality of the compressed images.', 'range': (1, 100)})
     truth_hz: float = field(default=10.0, metadata={
         'doc': 'Rate of sim/ground_truth and sim/task_outcome (sim Hz): how often the scripted '
                'planner sees the scene (a learned one sees camera_hz frames) and how soon a met '
@@ -125,6 +130,10 @@ class SimBridgeNode(SimulatorBridge, Node):
                             for c in self.cfg.cameras}
         self._info_pubs = {c: self.create_publisher(CameraInfo, f'cameras/{c}/camera_info',
                                                     qos.SENSOR) for c in self.cfg.cameras}
+        self._jpeg_pubs = {c: self.create_publisher(CompressedImage,
+                                                    f'cameras/{c}/image_raw/compressed',
+                                                    qos.SENSOR)
+                           for c in (self.cfg.cameras if self.cfg.publish_compressed else ())}
         self._truth_pub = self.create_publisher(String, 'sim/ground_truth', qos.LATCHED)
         self._outcome_pub = self.create_publisher(TaskOutcome, 'task_outcome', qos.LATCHED)
         self._task_desc_pub = self.create_publisher(String, 'sim/task_description', qos.LATCHED)
@@ -319,6 +328,9 @@ class SimBridgeNode(SimulatorBridge, Node):
     def _publish_image(self, cam: str, image: np.ndarray, now: float) -> None:
         frame = f'{cam}_camera_optical_frame'
         self._image_pubs[cam].publish(convert.rgb_to_image(image, now, frame))
+        if cam in self._jpeg_pubs:  # encoded on the render thread, never in the control loop
+            self._jpeg_pubs[cam].publish(convert.rgb_to_compressed(image, now, frame,
+                                                                   self.cfg.jpeg_quality))
         info = self.scene.camera_info(cam)
         msg = CameraInfo(height=info.height, width=info.width, distortion_model='plumb_bob',
                          d=[0.0] * 5, k=info.k, p=info.p,
