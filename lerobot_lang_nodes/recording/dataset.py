@@ -2,10 +2,10 @@
 
 LeRobot 0.6 writes the dataset itself (`LeRobotDataset.create` / `add_frame` /
 `save_episode` / `finalize`: info.json, stats.json, tasks, episodes, data parquet, AV1 videos
-through PyAV), and its annotation pipeline's `LanguageColumnsWriter` adds the two language
-columns, as LeRobot's own annotation step does. Everything is written into a hidden sibling
-folder that is renamed to the output folder only once complete: a failed export leaves
-nothing behind. LeRobot (torch) is imported only when an export runs.
+through PyAV, streamed to an encoder thread per camera), and its annotation pipeline's
+`LanguageColumnsWriter` adds the two language columns, as LeRobot's own annotation step
+does. Everything is written into a hidden sibling folder that is renamed to the output folder
+only once complete: a failed export leaves nothing behind. LeRobot (torch) is imported only when an export runs.
 
 Session clock: when the recorder's clock agrees with the publishers' header stamps (sim time
 recorded with `use_sim_time`, or wall time on the real robot), stamped messages (images, joint
@@ -21,6 +21,7 @@ import os
 import shutil
 import struct
 import tempfile
+import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,6 +51,8 @@ COMPRESSED_TYPE = 'sensor_msgs/msg/CompressedImage'
 SAME_CLOCK_S = 1.0
 # A joint jumping this far between two joint states < 0.25 s apart is a scene reset.
 RESET_JUMP_RAD = 0.5
+# Frames per camera waiting for its video encoder (raw 640x480: 0.9 MB each).
+ENCODER_QUEUE = 30
 
 
 class ExportError(RuntimeError):
@@ -519,9 +522,14 @@ class Exporter:
                     features[CAMERA_PREFIX + cam.name] = {
                         'dtype': 'video', 'shape': cam.shape,
                         'names': ['height', 'width', 'channels']}
+                # Streaming encoding: each camera's frames go straight to its AV1 encoder
+                # thread (PyAV releases the GIL) while this thread reads the next ones, instead
+                # of a PNG per frame and per camera encoded again after the episode.
                 ds = LeRobotDataset.create(self.opt.repo_id, self.opt.fps, features,
                                            root=root, robot_type=self.opt.robot_type,
-                                           use_videos=True)
+                                           use_videos=True, streaming_encoding=True,
+                                           encoder_queue_maxsize=ENCODER_QUEUE)
+                encoder = ds.writer._streaming_encoder  # lerobot is pinned (0.6.1)
                 keep = np.concatenate([np.arange(a, b) for a, b in episodes])
                 streams = {c.name: self._frames(c, idx[c.name][keep])
                            for c in s.cameras.values()}
@@ -537,9 +545,13 @@ class Exporter:
                                  'task': task}
                         for name, stream in streams.items():
                             frame[CAMERA_PREFIX + name] = next(stream)
+                        _wait_for_encoder(encoder)
                         ds.add_frame(frame)
                         if self.progress is not None:
                             self.progress(1, len(keep))
+                    dropped = dict(encoder._dropped_frames)
+                    if any(dropped.values()):
+                        raise ExportError(f'the video encoder dropped frames {dropped}')
                     # Sequential encoding: forking a process that runs threads (a ROS
                     # probe, a progress bar) can deadlock, and 2 cores gain little.
                     ds.save_episode(parallel_encoding=False)
@@ -597,6 +609,14 @@ class Exporter:
                  if (t.get('function') or {}).get('name') != 'say']
         info.tools = [*tools, SAY_TOOL_SCHEMA]
         write_info(info, root)
+
+
+def _wait_for_encoder(encoder: Any) -> None:
+    """Back-pressure: LeRobot's streaming encoder drops a frame its full queue cannot take
+    within 0.1 s (right for a live camera); an export waits for room instead."""
+    queues = list(encoder._frame_queues.values())
+    while any(q.qsize() >= ENCODER_QUEUE - 1 for q in queues):
+        time.sleep(0.002)
 
 
 def export(bags: Sequence[str | Path], out_dir: str | Path,
