@@ -12,6 +12,9 @@ from lerobot_lang_nodes import paths
 # that is not the ROS default 0 other software on the machine may use.
 DEFAULT_DOMAIN_ID = 31
 SHM_PROFILE = 'fastdds_shm.xml'
+# A graph split over two computers (README "Two computers"): the robot's computer keeps shared
+# memory between its own nodes and adds UDP to the other; the policy computer has UDP only.
+SPLIT_PROFILES = {'robot': 'fastdds_robot_host.xml', 'policy': 'fastdds_udp.xml'}
 
 
 def shm_profile_path() -> Path:
@@ -20,11 +23,14 @@ def shm_profile_path() -> Path:
 
 
 def ros_environment(base: Mapping[str, str] | None = None, *, domain_id: int | None = None,
-                    shared_memory: bool = True) -> dict[str, str]:
+                    shared_memory: bool = True, side: str = '') -> dict[str, str]:
     """Return ``base`` (default: os.environ) with this project's DDS defaults filled in.
 
     Discovery is kept on the machine (ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST) unless the caller
     already chose a range; ROS_LOCALHOST_ONLY is ignored by Kilted and so is not relied on.
+    ``side`` 'robot' or 'policy': one side of a split graph, whose default profile also (or
+    only) speaks UDP; the other computer is reached through ROS_STATIC_PEERS or a wider
+    discovery range that the user sets.
     """
     env = dict(os.environ if base is None else base)
     env.setdefault('ROS_AUTOMATIC_DISCOVERY_RANGE', 'LOCALHOST')
@@ -33,6 +39,9 @@ def ros_environment(base: Mapping[str, str] | None = None, *, domain_id: int | N
         env['ROS_DOMAIN_ID'] = str(domain_id)
     else:
         env.setdefault('ROS_DOMAIN_ID', str(DEFAULT_DOMAIN_ID))
-    if shared_memory:
+    if side:
+        env.setdefault('FASTDDS_DEFAULT_PROFILES_FILE',
+                       str(paths.config_path(SPLIT_PROFILES[side])))
+    elif shared_memory:
         env.setdefault('FASTDDS_DEFAULT_PROFILES_FILE', str(shm_profile_path()))
     return env

@@ -204,26 +204,30 @@ class LaunchArgument:
 _BOOL = ('true', 'false')
 LAUNCH_ARGUMENTS = (
     LaunchArgument('params_file', 'ros__parameters YAML for every node; empty = the shipped '
-                   'config/sim.yaml or config/real.yaml (keys are node names, namespace-free)'),
+                   'config/sim.yaml or config/real.yaml (keys are node names, namespace-free)',
+                   graphs=('sim', 'real', 'policy')),
     LaunchArgument('simulator', 'mujoco: the SO-101 tabletop; robocasa: RoboCasa kitchens (the '
                    'robocasa_bridge in .venv-robocasa, config/robocasa.yaml); robosuite / '
                    'standin: that bridge on a stock robosuite scene / the stand-in environment',
                    'mujoco', graphs=('sim',), choices=tuple(SIMULATORS)),
-    LaunchArgument('namespace', 'namespace of every node and topic, e.g. /robot1; empty = root'),
+    LaunchArgument('namespace', 'namespace of every node and topic, e.g. /robot1; empty = root',
+                   graphs=('sim', 'real', 'policy')),
     LaunchArgument('task', 'task to start with (planner parameter `task`; "direct: X" uses X '
-                   'as the subtask); empty = wait for /task'),
+                   'as the subtask); empty = wait for /task', graphs=('sim', 'real', 'policy')),
     LaunchArgument('planner_backend', 'planner backend: scripted, transformers, hierarchical; '
-                   'empty = the params file (transformers when planner_model is set)'),
+                   'empty = the params file (transformers when planner_model is set)',
+                   graphs=('sim', 'real', 'policy')),
     LaunchArgument('planner_model', 'Hugging Face model directory or .gguf file for the '
-                   'planner; empty = none'),
+                   'planner; empty = none', graphs=('sim', 'real', 'policy')),
     LaunchArgument('policy_backend', 'policy backend: scripted, lerobot, hierarchical; empty = '
-                   'the params file (lerobot when policy_path is set)'),
+                   'the params file (lerobot when policy_path is set)',
+                   graphs=('sim', 'real', 'policy')),
     LaunchArgument('policy_path', 'LeRobot checkpoint (pretrained_model) directory of the '
-                   'policy; empty = none'),
+                   'policy; empty = none', graphs=('sim', 'real', 'policy')),
     LaunchArgument('hierarchical', 'one checkpoint with a text and an action head for planner '
                    'and policy (sets both backends to hierarchical); use with composed:=true'),
     LaunchArgument('device', 'device of the model backends: auto, cpu, cuda, cuda:N; empty = '
-                   'the params file'),
+                   'the params file', graphs=('sim', 'real', 'policy')),
     LaunchArgument('composed', 'planner and policy in one process (planner_policy) sharing one '
                    'loaded hierarchical model', 'false', choices=_BOOL),
     LaunchArgument('use_sim_time', 'nodes other than the simulator follow /clock', 'true',
@@ -236,7 +240,9 @@ LAUNCH_ARGUMENTS = (
     LaunchArgument('robot_port', 'serial device of the SO-101 bus, e.g. '
                    '/dev/serial/by-id/...; empty = robot_yaml', graphs=('real',)),
     LaunchArgument('calibration', 'LeRobot calibration id, or the path of its JSON file (a '
-                   'value with / or ending in .json); empty = robot_yaml', graphs=('real',)),
+                   'value with / or ending in .json); empty = robot_yaml (policy graph: the '
+                   "driver's file, copied to this computer, converts the policy's units)",
+                   graphs=('real', 'policy')),
     LaunchArgument('cameras', 'YAML file of cameras, as the robot YAML `cameras:` block '
                    '(name: {source, width, height, fps, ...}); empty = robot_yaml',
                    graphs=('real',)),
@@ -255,7 +261,26 @@ LAUNCH_ARGUMENTS = (
     LaunchArgument('record', 'also start the recorder node (rosbag2 MCAP of the session)',
                    'false', choices=_BOOL),
     LaunchArgument('record_dir', 'folder the recorder writes its bags into', 'recordings'),
+    # Two computers (README "Two computers"): the robot side without the policy (and maybe
+    # the planner), the policy computer with graph `policy`.
+    LaunchArgument('without', 'nodes another computer runs, comma-separated (policy, planner): '
+                   'the robot side of a split graph; empty = all here'),
+    LaunchArgument('compressed_images', 'cameras also publish <image topic>/compressed (JPEG) '
+                   'and a policy on another computer subscribes those; auto = when the graph is '
+                   'split (without:=policy here, or the policy graph), a local policy stays '
+                   'raw', 'auto', graphs=('sim', 'real', 'policy'),
+                   choices=('auto', 'true', 'false')),
+    LaunchArgument('jpeg_quality', 'JPEG quality of the compressed images (1..100); empty = '
+                   'the params file (85)'),
+    LaunchArgument('robot', 'the graph the policy computer joins: sim (follows /clock, the '
+                   'scripted expert by default) or real', 'sim', graphs=('policy',),
+                   choices=('sim', 'real')),
+    LaunchArgument('planner', 'also run the planner on this computer (the robot side then runs '
+                   'without:=policy,planner)', 'false', graphs=('policy',), choices=_BOOL),
 )
+POLICY_GRAPH = 'policy'  # the policy computer's part of a split graph
+SPLITTABLE = ('policy', 'planner')
+JPEG_GRAPHS = ('sim', 'real')  # whose cameras can publish <image topic>/compressed
 
 
 def launch_arguments(graph_name: str) -> tuple[LaunchArgument, ...]:
@@ -345,12 +370,13 @@ def launch_plan(graph_name: str, values: dict[str, str],
     launch's log folder), else a new temporary file the caller removes. ``overrides``
     (``{node: {parameter: value}}``) are set over the params file like the arguments' own.
     """
-    import tempfile
     defaults = {a.name: a.default for a in launch_arguments(graph_name)}
     unknown = sorted(set(values) - set(defaults))
     if unknown:
         raise ValueError(f'unknown launch arguments {unknown}; known: {sorted(defaults)}')
     v = {**defaults, **{k: str(x) for k, x in values.items()}}
+    if graph_name == POLICY_GRAPH:
+        return _policy_plan(v, out_dir, overrides or {})
     nodes_of, simulator = (SIMULATORS[v['simulator']] if graph_name == 'sim'
                            else (graph_name, ''))
     params_file = Path(v['params_file']) if v['params_file'] else default_params_file(nodes_of)
@@ -386,11 +412,25 @@ def launch_plan(graph_name: str, values: dict[str, str],
             Path(v['record_dir']).expanduser().resolve())
         if cameras:
             params['recorder']['ros__parameters'].setdefault('cameras', list(cameras))
+    specs = without(specs, v['without'])
+    here = {n for s in specs for n in (s.hosts or (s.name,))}
+    compressed = compressed_images(v['compressed_images'],
+                                   split='policy' not in here and nodes_of in JPEG_GRAPHS)
+    for node, node_values in compression_parameters(nodes_of, cameras, compressed,
+                                                    v['jpeg_quality']).items():
+        params.setdefault(node, {}).setdefault('ros__parameters', {}).update(node_values)
     for spec in specs:  # use_sim_time: the argument decides for the nodes that may follow /clock
         for name in spec.hosts or (spec.name,):
             block = params.setdefault(name, {}).setdefault('ros__parameters', {})
             block['use_sim_time'] = sim_time and (spec.use_sim_time or graph_name == 'real'
                                                   or spec is RECORDER)
+    return _written_plan(graph_name, specs, params, params_file, v['namespace'], out_dir)
+
+
+def _written_plan(graph_name: str, specs: list[NodeSpec], params: dict, params_file: Path,
+                  namespace: str, out_dir: Path | None) -> LaunchPlan:
+    """The plan with ``params`` (only the started nodes' blocks) written to its file."""
+    import tempfile
     used = {n for s in specs for n in (s.hosts or (s.name,))}
     params = {k: b for k, b in params.items() if k in used or k.startswith('/')}
     if out_dir is not None:
@@ -401,10 +441,93 @@ def launch_plan(graph_name: str, values: dict[str, str],
     with open(fd, 'w', encoding='utf-8') as f:
         f.write(f'# {params_file} with the launch arguments; keys match in any namespace\n')
         yaml.dump(namespaced(params), f, Dumper=NoAliasDumper, sort_keys=False)
-    ns = v['namespace'].strip()
+    ns = namespace.strip()
     if ns and not ns.startswith('/'):
         ns = '/' + ns
     return LaunchPlan(tuple(specs), Path(name), ns.rstrip('/'), params)
+
+
+def without(specs: list[NodeSpec] | tuple[NodeSpec, ...], names: str) -> list[NodeSpec]:
+    """``specs`` less the nodes another computer runs (``names``: 'policy', 'policy,planner').
+
+    A composed planner_policy goes only with both of its nodes (one process, one computer).
+    """
+    gone = {n.strip() for n in str(names).split(',') if n.strip()}
+    wrong = sorted(gone - set(SPLITTABLE))
+    if wrong:
+        raise ValueError(f'without: {wrong} cannot run on another computer; only '
+                         f'{list(SPLITTABLE)} can (the robot side keeps the executor, cameras '
+                         'and viewer)')
+    out = []
+    for spec in specs:
+        hosted = set(spec.hosts or (spec.name,))
+        if hosted & gone and not hosted <= gone:
+            raise ValueError(f'without: {sorted(hosted & gone)} share one process '
+                             f'({spec.name}) with {sorted(hosted - gone)}; leave out both or '
+                             'run them apart (composed off)')
+        if not hosted & gone:
+            out.append(spec)
+    return out
+
+
+def compressed_images(value: str, split: bool) -> bool:
+    """The compressed_images argument: 'auto' is on where the policy is on another computer."""
+    return split if value in ('', 'auto') else _truthy(value)
+
+
+def compression_parameters(nodes_of: str, cameras: tuple[str, ...] | list[str],
+                           compressed: bool, jpeg_quality: str = '',
+                           ) -> dict[str, dict[str, object]]:
+    """Parameters of compressed images: the nodes that publish frames (the MuJoCo bridge or
+    the camera nodes) add <image topic>/compressed, and on the policy computer (``nodes_of``
+    'policy') the policy reads them; a policy on the robot's computer stays raw. {} when
+    off."""
+    if not compressed:
+        return {}
+    publish: dict[str, object] = {'publish_compressed': True}
+    if jpeg_quality:
+        publish['jpeg_quality'] = int(jpeg_quality)
+    if nodes_of == 'sim':
+        out = {SIM[0].name: dict(publish)}
+    elif nodes_of == 'real':
+        out = {camera_spec(c).name: dict(publish) for c in cameras}
+    elif nodes_of == POLICY_GRAPH:
+        return {'policy': {'image_transport': 'compressed'}}
+    else:
+        raise ValueError(f'compressed images: the {nodes_of} graph\'s cameras cannot publish '
+                         'them (MuJoCo sim and real cameras only)')
+    return out
+
+
+def _policy_plan(v: dict[str, str], out_dir: Path | None,
+                 overrides: dict[str, dict[str, object]]) -> LaunchPlan:
+    """The policy computer's part of a split graph: the policy (and with planner:=true the
+    planner) of the robot's graph, with its parameters, reading compressed images unless
+    compressed_images:=false."""
+    robot = v['robot']
+    params_file = Path(v['params_file']) if v['params_file'] else default_params_file(robot)
+    overrides = _merge(model_overrides(v['policy_path'], v['policy_backend'],
+                                       v['planner_model'], v['planner_backend'], '',
+                                       v['device']), overrides)
+    cal = v.get('calibration', '')
+    if cal:
+        is_path = '/' in cal or cal.endswith('.json')
+        overrides = _merge(overrides, {'policy': {
+            'calibration_path' if is_path else 'calibration_id': cal,
+            'calibration_id' if is_path else 'calibration_path': ''}})
+    if compressed_images(v['compressed_images'], split=True):
+        overrides = _merge(overrides, compression_parameters(POLICY_GRAPH, (), True))
+    params = plain_keys(yaml.safe_load(params_file.read_text(encoding='utf-8')) or {})
+    for node, node_values in overrides.items():
+        params.setdefault(node, {}).setdefault('ros__parameters', {}).update(node_values)
+    names = ('planner', 'policy') if _truthy(v['planner']) else ('policy',)
+    specs = [s for s in GRAPHS[robot] if s.name in names]
+    if v['task'] and 'planner' in names:
+        params.setdefault('planner', {}).setdefault('ros__parameters', {})['task'] = v['task']
+    for spec in specs:  # sim: the robot side's /clock; real: wall clocks (never compared)
+        params.setdefault(spec.name, {}).setdefault('ros__parameters', {})['use_sim_time'] = (
+            robot == 'sim')
+    return _written_plan(POLICY_GRAPH, specs, params, params_file, v['namespace'], out_dir)
 
 
 def _merge(a: dict[str, dict[str, object]], b: dict[str, dict[str, object]]) -> dict:

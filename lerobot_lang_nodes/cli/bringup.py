@@ -1,4 +1,6 @@
-"""`lerobot-lang sim` / `real`: start a node graph, one process per node, and supervise it.
+"""`lerobot-lang sim` / `real` / `policy`: start a node graph, one process per node, and
+supervise it. `policy` is the policy computer's part of a graph split over two computers
+(`sim|real --without policy` on the robot's; README "Two computers").
 
 Each run writes one session folder (`outputs/<date-time>/` or `--output-dir`): the annotated
 live view as MP4 and a rolling latest.png, every node's log, the effective parameters, and with
@@ -30,6 +32,9 @@ _LIVE_VIEW = re.compile(r'live view: (http://\S+)')
 
 
 def add_arguments(command: str, parser: argparse.ArgumentParser) -> None:
+    if command == graph.POLICY_GRAPH:
+        _add_policy_arguments(parser)
+        return
     if command == 'real':
         parser.add_argument('robot_yaml', type=Path,
                             help='robot YAML: port, calibration id, cameras, safety limits')
@@ -86,10 +91,85 @@ def add_arguments(command: str, parser: argparse.ArgumentParser) -> None:
                              '--composed and the `hierarchical` backends)')
     models.add_argument('--device', default=None,
                         help='device of both model backends (auto, cpu, cuda, cuda:N)')
+    _add_split_arguments(parser)
     parser.add_argument('--exit-on-success', action='store_true',
                         help='stop everything and exit 0 once the task is reported successful')
     parser.add_argument('--timeout', type=float, default=0.0,
                         help='stop and exit 1 after this many seconds (0 = run until Ctrl-C)')
+
+
+def _add_split_arguments(parser: argparse.ArgumentParser, policy_side: bool = False) -> None:
+    split = parser.add_argument_group('two computers', 'a graph split between the robot\'s '
+                                      'computer and a policy computer (README "Two computers")')
+    if not policy_side:
+        split.add_argument('--without', default='', metavar='NODES',
+                           help='nodes another computer runs (`policy`, or `policy,planner`): '
+                                'start them there with `lerobot-lang policy`')
+        split.add_argument('--jpeg-quality', default='', metavar='Q',
+                           help='JPEG quality of the compressed images (default 85)')
+    split.add_argument('--compressed-images', choices=('auto', 'true', 'false'), default='auto',
+                       help='images cross to the policy computer as JPEG '
+                            '(<image topic>/compressed); auto: when the graph is split')
+
+
+def _add_policy_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument('--robot', choices=('sim', 'real'), default='sim',
+                        help='the graph this computer joins: sim (follows /clock) or real')
+    parser.add_argument('--planner', action='store_true',
+                        help='run the planner here too (the robot side: --without '
+                             'policy,planner)')
+    parser.add_argument('--params-file', type=Path, default=None,
+                        help='ros__parameters YAML (default: the shipped config of --robot)')
+    parser.add_argument('--task', default=None, help='the planner\'s first task (--planner)')
+    parser.add_argument('--namespace', default='', help='namespace of the robot\'s graph')
+    parser.add_argument('--calibration', default='',
+                        help='real: the driver\'s LeRobot calibration id or JSON path, copied '
+                             'to this computer (converts the checkpoint\'s units)')
+    session = parser.add_argument_group('session folder')
+    session.add_argument('--output-dir', type=Path, default=None, metavar='DIR',
+                         help='node logs and parameters (default: outputs/<date-time>/)')
+    models = parser.add_argument_group('models')
+    models.add_argument('--policy-path', default=None, metavar='DIR',
+                        help='LeRobot checkpoint (pretrained_model) directory for the policy')
+    models.add_argument('--policy-backend', default=None,
+                        help='policy backend (scripted, lerobot, hierarchical)')
+    models.add_argument('--planner-model', default=None, metavar='PATH',
+                        help='the planner\'s model (with --planner)')
+    models.add_argument('--planner-backend', default=None, help='planner backend')
+    models.add_argument('--device', default=None,
+                        help='device of the model backends (auto, cpu, cuda, cuda:N)')
+    _add_split_arguments(parser, policy_side=True)
+    parser.add_argument('--timeout', type=float, default=0.0,
+                        help='stop and exit 1 after this many seconds (0 = run until Ctrl-C)')
+    parser.set_defaults(no_viewer=True, viewer_port=None, record=False, dry_run=False,
+                        composed=False, hierarchical=None, simulator=None,
+                        exit_on_success=False, without='', jpeg_quality='')
+
+
+def policy_plan(args: argparse.Namespace) -> tuple[list[graph.NodeSpec], dict, str]:
+    """The policy computer's nodes and parameters, from the graph's one plan."""
+    values = {'robot': args.robot, 'planner': str(bool(args.planner)).lower(),
+              'namespace': args.namespace, 'task': args.task or '',
+              'compressed_images': args.compressed_images, 'calibration': args.calibration,
+              'params_file': str(args.params_file or '')}
+    for key in ('policy_path', 'policy_backend', 'planner_model', 'planner_backend', 'device'):
+        values[key] = getattr(args, key, None) or ''
+    plan = graph.launch_plan(graph.POLICY_GRAPH, values)
+    plan.params_file.unlink()  # the session folder gets the only copy
+    source = str(args.params_file or graph.default_params_file(args.robot))
+    return list(plan.specs), graph.plain_keys(plan.params), source
+
+
+def split_parameters(command: str, args: argparse.Namespace, specs: list[graph.NodeSpec],
+                     cameras: tuple[str, ...]) -> dict[str, dict[str, object]]:
+    """The robot side's compressed-image parameters ({} when the images stay raw)."""
+    names = {n for s in specs for n in (s.hosts or (s.name,))}
+    remote_policy = 'policy' not in names
+    compressed = graph.compressed_images(
+        args.compressed_images,
+        split=remote_policy and graph_name(command, args) in graph.JPEG_GRAPHS)
+    return graph.compression_parameters(graph_name(command, args), cameras, compressed,
+                                        args.jpeg_quality)
 
 
 class Supervised:
@@ -244,10 +324,19 @@ def session_params(params_file: Path | dict, folder: Path, args: argparse.Namesp
 
 
 def run(command: str, args: argparse.Namespace) -> int:
-    env = dds.ros_environment()
+    side = 'policy' if command == graph.POLICY_GRAPH else 'robot' if args.without else ''
+    env = dds.ros_environment(side=side)
     env.setdefault('MUJOCO_GL', 'egl')
     env.setdefault('AMENT_PREFIX_PATH', sys.prefix)
     os.environ.update(env)
+    if command == graph.POLICY_GRAPH:
+        try:
+            specs, params, source = policy_plan(args)
+        except (ValueError, FileNotFoundError) as exc:
+            print(f'error: {exc}', file=sys.stderr)
+            return 2
+        args.task = ''  # the planner got it as its parameter
+        return _start(args, env, specs, params, source)
     params_file = args.params_file or graph.default_params_file(graph_name(command, args))
     if not params_file.is_file():
         print(f'error: parameters file {params_file} does not exist', file=sys.stderr)
@@ -272,7 +361,13 @@ def run(command: str, args: argparse.Namespace) -> int:
     if args.task is None:
         args.task = {'sim': DEFAULT_SIM_TASK, 'robocasa': SCENE_TASK}.get(
             graph_name(command, args), '')
-    specs = _node_specs(command, args, cameras)
+    try:
+        specs = graph.without(_node_specs(command, args, cameras), args.without)
+        for node, values in split_parameters(command, args, specs, cameras).items():
+            params.setdefault(node, {}).setdefault('ros__parameters', {}).update(values)
+    except ValueError as exc:
+        print(f'error: {exc}', file=sys.stderr)
+        return 2
     for spec in specs:
         if spec.environment:
             try:
@@ -280,6 +375,12 @@ def run(command: str, args: argparse.Namespace) -> int:
             except FileNotFoundError as exc:
                 print(f'error: {exc}', file=sys.stderr)
                 return 2
+    return _start(args, env, specs, params, source)
+
+
+def _start(args: argparse.Namespace, env: dict[str, str], specs: list[graph.NodeSpec],
+           params: dict, source: str) -> int:
+    """Write the session folder, start ``specs`` and supervise them until the end."""
     folder = session_dir(args)
     params_file = session_params(params, folder, args, specs, source)
     print(f"[lerobot-lang] ROS_DOMAIN_ID={env['ROS_DOMAIN_ID']} "

@@ -12,6 +12,9 @@ from typing import Any
 SUBCOMMANDS = {
     'sim': ('lerobot_lang_nodes.cli.bringup', 'start the simulated system (MuJoCo SO-101)'),
     'real': ('lerobot_lang_nodes.cli.bringup', 'start the real SO-101 system from a robot YAML'),
+    'policy': ('lerobot_lang_nodes.cli.bringup',
+               'start the policy (and --planner) of a sim/real graph whose robot side runs on '
+               'another computer (--without policy there)'),
     'calibrate': ('lerobot_lang_nodes.cli.calibrate',
                   'calibrate an SO-101 follower and write LeRobot calibration JSON'),
     'task': ('lerobot_lang_nodes.cli.operator', 'set the task (std_msgs/String on /task)'),
