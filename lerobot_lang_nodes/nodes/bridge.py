@@ -12,6 +12,7 @@ differs per simulator).
 from __future__ import annotations
 
 import threading
+import time
 import traceback
 from typing import Any
 
@@ -155,4 +156,13 @@ class SimulatorBridge:
             values.update({f'loop.{k}': v for k, v in self._cadence.stats().items()})
         if self._loop_error and st.mode == 'paused':
             return 'error', f'simulation loop error: {self._loop_error}; paused', values
+        # Say why the arm stands still: a policy on another computer may be cut off.
+        now = time.monotonic()
+        if st.dispatched != getattr(self, '_diag_dispatched', None):
+            self._diag_dispatched, self._diag_moved = st.dispatched, now
+        idle = now - self._diag_moved
+        values['idle_s'] = idle
+        if st.mode == 'action' and st.queue_depth == 0 and st.dispatched and idle >= 1.0:
+            return 'ok', (f'holding: no action to play for {idle:.1f} s (no chunk from the '
+                          'policy: silent, or unreachable over the network)'), values
         return 'ok', f'{st.mode}, {st.dispatched} actions dispatched', values
