@@ -5,7 +5,14 @@ LeRobot 0.6 writes the dataset itself (`LeRobotDataset.create` / `add_frame` /
 through PyAV, streamed to an encoder thread per camera), and its annotation pipeline's
 `LanguageColumnsWriter` adds the two language columns, as LeRobot's own annotation step
 does. Everything is written into a hidden sibling folder that is renamed to the output folder
-only once complete: a failed export leaves nothing behind. LeRobot (torch) is imported only when an export runs.
+only once complete: a failed export leaves nothing behind. LeRobot (torch) is imported only
+when an export runs.
+
+Who commanded the arm: every frame gets `control_source` (policy, human, none: the last
+/runtime_status at or before it; bags from before that field have it from the mode, action ->
+policy, teleop -> human, paused or dry run -> none; bags without any runtime_status -> policy)
+and `intervention` (True when a human commanded, as LeRobot's DAgger rollout writes it). Under
+human control the action is the leader arm's pose (/leader/joint_states), not a policy chunk.
 
 Session clock: when the recorder's clock agrees with the publishers' header stamps (sim time
 recorded with `use_sim_time`, or wall time on the real robot), stamped messages (images, joint
@@ -51,6 +58,13 @@ COMPRESSED_TYPE = 'sensor_msgs/msg/CompressedImage'
 SAME_CLOCK_S = 1.0
 # A joint jumping this far between two joint states < 0.25 s apart is a scene reset.
 RESET_JUMP_RAD = 0.5
+# Who commanded the arm (RuntimeStatus.control_source) and the mode it follows from in bags
+# recorded before that field existed: teleop is a human, action the policy, paused nobody.
+CONTROL_SOURCES = ('policy', 'human', 'none')
+CONTROL_BY_MODE = {'action': 'policy', 'teleop': 'human', 'paused': 'none'}
+INTERVENTION_KEY = 'intervention'
+CONTROL_KEY = 'control_source'
+LEADER_TOPIC = 'leader/joint_states'
 # Frames per camera waiting for its video encoder (raw 640x480: 0.9 MB each).
 ENCODER_QUEUE = 30
 
@@ -130,6 +144,21 @@ class Session:
     resets: list[float] = field(default_factory=list)
     language: LanguageLog = field(default_factory=LanguageLog)
     header_clock: bool = True
+    # (receive time, header stamp, control source) of each runtime_status.
+    control: list[tuple[float, float, str]] = field(default_factory=list)
+    # The leader arm's joint states (what a human commanded): times, names, positions.
+    leader_times: list[float] = field(default_factory=list)
+    leader: list[dict[str, float]] = field(default_factory=list)
+
+
+def control_source(mode: str, source: str = '', dry_run: bool = False) -> str:
+    """Who commanded the arm according to one RuntimeStatus: its control_source, or for bags
+    recorded before that field existed, the mode's (a dry run commands nothing)."""
+    if source in CONTROL_SOURCES:
+        return source
+    if dry_run:
+        return 'none'
+    return CONTROL_BY_MODE.get(mode, 'policy')
 
 
 def _header_stamp(raw: bytes) -> float:
@@ -150,6 +179,7 @@ class Exporter:
         self.opt = options
         self.progress = progress
         self.warnings: list[str] = []
+        self.control: np.ndarray = np.zeros(0, dtype=object)  # per tick, set by plan_frames
 
     # -- topics ------------------------------------------------------------------------------
 
@@ -202,7 +232,8 @@ class Exporter:
         by_topic = {c.topic: c for c in cameras.values()}
         wanted = [n(t) for t in (self.opt.state_topic, 'action_chunk', 'language_context', 'task',
                                  'interjection', 'speech', VQA_LOG_TOPIC, 'task_outcome',
-                                 'sim/ground_truth')] + list(by_topic)
+                                 'sim/ground_truth', 'runtime_status', LEADER_TOPIC)]
+        wanted += list(by_topic)
         raw_chunks: list[tuple[float, float, Any]] = []
         offsets: list[float] = []
         contexts: list[tuple[float, Any]] = []
@@ -243,6 +274,15 @@ class Exporter:
                     s.language.speech.append((t_log, msg.data))
             elif topic == n(VQA_LOG_TOPIC):
                 self._vqa(s, t_log, msg.data)
+            elif topic == n('runtime_status'):
+                source = control_source(msg.mode, getattr(msg, 'control_source', ''),
+                                        bool(getattr(msg, 'dry_run', False)))
+                stamp = msg.header.stamp.sec + msg.header.stamp.nanosec * 1e-9
+                s.control.append((t_log, stamp, source))
+            elif topic == n(LEADER_TOPIC):
+                stamp = msg.header.stamp.sec + msg.header.stamp.nanosec * 1e-9
+                s.leader_times.append(stamp if stamp > 0 else t_log)
+                s.leader.append(dict(zip(msg.name, msg.position)))
             elif topic == n('task_outcome'):
                 s.successes.append((t_log, bool(msg.success), msg.goal))
             elif topic == n('sim/ground_truth'):
@@ -261,6 +301,9 @@ class Exporter:
             self._use_receive_times(s, bags)
         self._chunks(s, raw_chunks, contexts)
         self._contexts(s, contexts)
+        if not s.control:
+            self.warnings.append('no runtime_status in the bags: every frame is marked as '
+                                 'commanded by the policy (control_source policy)')
         if not s.resets:
             s.resets = self._joint_jumps(s)
         if not s.joints:
@@ -382,6 +425,13 @@ class Exporter:
         if s.action_names == s.joint_names:
             hold = np.isnan(actions).any(axis=1)
             actions[hold] = states[hold]
+        s_control = self._control_at(s, ticks)
+        human = s_control == 'human'
+        if human.any():
+            # A human commands through the leader arm: its pose is the action, not the
+            # policy's last chunk (held by the executor's queue only until the takeover).
+            actions[human] = self._leader_actions(s, ticks[human])
+        self.control = s_control
         valid &= ~np.isnan(actions).any(axis=1)
         cuts = self._cuts(s, ticks, valid)
         min_frames = max(1, int(round(self.opt.min_episode_s * self.opt.fps)))
@@ -391,6 +441,37 @@ class Exporter:
                               f'stream fresher than {self.opt.max_age_s} s (state, action, '
                               f'cameras {sorted(s.cameras)}) in the bags')
         return ticks, idx, states, actions, episodes
+
+    def _control_at(self, s: Session, ticks: np.ndarray) -> np.ndarray:
+        """Control source per tick: the last runtime_status at or before it (the first one
+        for ticks before any); policy everywhere when the bags hold none."""
+        if not s.control:
+            return np.full(len(ticks), 'policy', dtype=object)
+        times = np.array([stamp if (s.header_clock and stamp > 0) else t_log
+                          for t_log, stamp, _ in s.control])
+        order = np.argsort(times, kind='stable')
+        sources = np.array([s.control[i][2] for i in order], dtype=object)
+        i = np.searchsorted(times[order], ticks, side='right') - 1
+        return sources[np.clip(i, 0, None)]
+
+    def _leader_actions(self, s: Session, ticks: np.ndarray) -> np.ndarray:
+        """The leader's pose (action order) at each tick; NaN where none is fresh, so those
+        frames are left out rather than given an action nobody commanded."""
+        out = np.full((len(ticks), len(s.action_names)), np.nan)
+        if not s.leader:
+            self.warnings.append(f'frames under human control but no {LEADER_TOPIC} in the '
+                                 'bags: those frames have no action and are left out')
+            return out
+        order = np.argsort(s.leader_times, kind='stable')
+        idx = timeline.sample_indices(np.asarray(s.leader_times)[order], ticks,
+                                      self.opt.max_age_s)
+        for row, i in enumerate(idx):
+            if i < 0:
+                continue
+            pose = s.leader[order[i]]
+            if all(name in pose for name in s.action_names):
+                out[row] = [pose[name] for name in s.action_names]
+        return out
 
     def _cuts(self, s: Session, ticks: np.ndarray, valid: np.ndarray) -> list[int]:
         mode = self.opt.episodes_by
@@ -518,6 +599,9 @@ class Exporter:
                     ACTION_KEY: {'dtype': 'float32', 'shape': (len(act_names),),
                                  'names': act_names},
                 }
+                # As LeRobot's DAgger rollout writes it: True while a human commands.
+                features[INTERVENTION_KEY] = {'dtype': 'bool', 'shape': (1,), 'names': None}
+                features[CONTROL_KEY] = {'dtype': 'string', 'shape': (1,), 'names': None}
                 for cam in s.cameras.values():
                     features[CAMERA_PREFIX + cam.name] = {
                         'dtype': 'video', 'shape': cam.shape,
@@ -542,6 +626,8 @@ class Exporter:
                         task = (s.tasks[max(j, 0)][1] if s.tasks else '') or 'unspecified task'
                         frame = {STATE_KEY: np.asarray(convert(states[i]), dtype=np.float32),
                                  ACTION_KEY: np.asarray(convert(actions[i]), dtype=np.float32),
+                                 INTERVENTION_KEY: np.array([self.control[i] == 'human']),
+                                 CONTROL_KEY: str(self.control[i]),
                                  'task': task}
                         for name, stream in streams.items():
                             frame[CAMERA_PREFIX + name] = next(stream)
