@@ -16,115 +16,27 @@ node restarted.
 
 from __future__ import annotations
 
-import json
 import os
-import random
-import shutil
-import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
 import pytest
 
 from lerobot_lang_nodes import dds, graph
+from lerobot_lang_nodes.netns import Monitor, TwoHosts, platform_problem
 from lerobot_lang_nodes.testing import wait_until
 
 pytestmark = pytest.mark.slow
 TASK = 'put the red cube in the bowl'
-MONITOR = Path(__file__).with_name('robot_monitor.py')
-RATE = '50mbit'
+MONITOR = 'lerobot_lang_nodes.remote_monitor'
 CLOCK_OFFSET_S = 4.0  # the policy computer's clock, ahead of the robot's
-
-
-class Host:
-    """One network namespace: its name, its end of the link and its address."""
-
-    def __init__(self, ns: str, dev: str, address: str) -> None:
-        self.ns, self.dev, self.address = ns, dev, address
-
-
-def _ip(*args: str) -> None:
-    subprocess.run(['ip', *args], check=True, capture_output=True, timeout=30)
-
-
-class TwoHosts:
-    """Two namespaces and the link between them; processes started in them, ended by PID."""
-
-    def __init__(self, log_dir: Path) -> None:
-        tag = f'{os.getpid() % 100000}'
-        subnet = random.randrange(0, 64) * 4
-        self.robot = Host(f'llr{tag}', f'llr{tag}v', f'10.231.{subnet // 256}.{subnet % 256 + 1}')
-        self.policy = Host(f'llp{tag}', f'llp{tag}v', f'10.231.{subnet // 256}.{subnet % 256 + 2}')
-        self.log_dir = log_dir
-        self.procs: list[tuple[str, subprocess.Popen]] = []
-        self.made: list[str] = []
-
-    def create(self) -> None:
-        for host in (self.robot, self.policy):
-            _ip('netns', 'add', host.ns)
-            self.made.append(host.ns)
-        _ip('link', 'add', self.robot.dev, 'netns', self.robot.ns, 'type', 'veth', 'peer',
-            'name', self.policy.dev, 'netns', self.policy.ns)
-        for host in (self.robot, self.policy):
-            _ip('-n', host.ns, 'addr', 'add', f'{host.address}/30', 'dev', host.dev)
-            _ip('-n', host.ns, 'link', 'set', 'lo', 'up')
-            _ip('-n', host.ns, 'link', 'set', host.dev, 'up')
-            # A good Wi-Fi link: 50 Mbit/s each way.
-            subprocess.run(['ip', 'netns', 'exec', host.ns, 'tc', 'qdisc', 'add', 'dev',
-                            host.dev, 'root', 'tbf', 'rate', RATE, 'burst', '64kb', 'latency',
-                            '50ms'], check=True, capture_output=True, timeout=30)
-
-    def start(self, host: Host, name: str, argv: list[str], env: dict[str, str],
-              stdout=None) -> subprocess.Popen:
-        log = (self.log_dir / f'{name}.log').open('w', encoding='utf-8')
-        proc = subprocess.Popen(['ip', 'netns', 'exec', host.ns, *argv], env=env,
-                                stdout=stdout or log, stderr=log, stdin=subprocess.DEVNULL,
-                                text=True, start_new_session=True)
-        self.procs.append((name, proc))
-        return proc
-
-    def link(self, up: bool) -> None:
-        """The robot's end of the link goes down (or up), as a cable pulled or a lost Wi-Fi."""
-        _ip('-n', self.robot.ns, 'link', 'set', self.robot.dev, 'up' if up else 'down')
-
-    def log(self, name: str) -> str:
-        path = self.log_dir / f'{name}.log'
-        return path.read_text(encoding='utf-8', errors='replace')[-3000:] if path.exists() else ''
-
-    def close(self) -> None:
-        for _, proc in self.procs:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGINT)
-        deadline = time.monotonic() + 10.0
-        for _, proc in self.procs:
-            try:
-                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=10.0)
-        for ns in self.made:  # its end of the link goes with it, and the peer's with that
-            subprocess.run(['ip', 'netns', 'del', ns], capture_output=True, timeout=30)
-
-
-def _platform_problem() -> str:
-    if sys.platform != 'linux' or os.geteuid() != 0:
-        return 'needs root on Linux to create network namespaces'
-    if not shutil.which('ip') or not shutil.which('tc'):
-        return 'needs iproute2 (ip, tc)'
-    probe = f'llq{os.getpid() % 100000}'
-    made = subprocess.run(['ip', 'netns', 'add', probe], capture_output=True, text=True)
-    if made.returncode:
-        return f'ip netns add failed: {made.stderr.strip()}'
-    subprocess.run(['ip', 'netns', 'del', probe], capture_output=True)
-    return ''
 
 
 @pytest.fixture
 def two_hosts(tmp_path: Path):
-    problem = _platform_problem()
+    problem = platform_problem()
     if problem:
         pytest.skip(f'platform: {problem}')
     hosts = TwoHosts(tmp_path)
@@ -133,33 +45,6 @@ def two_hosts(tmp_path: Path):
         yield hosts
     finally:
         hosts.close()
-
-
-class Monitor:
-    """The robot side's events (robot_monitor.py's JSON lines), collected on a thread."""
-
-    def __init__(self, proc: subprocess.Popen) -> None:
-        self.events: list[dict] = []
-        self._lock = threading.Lock()
-        self._thread = threading.Thread(target=self._read, args=(proc,), daemon=True)
-        self._thread.start()
-
-    def _read(self, proc: subprocess.Popen) -> None:
-        for line in proc.stdout:
-            try:
-                event = json.loads(line)
-            except ValueError:
-                continue
-            with self._lock:
-                self.events.append(event)
-
-    def of(self, kind: str, since: float = 0.0) -> list[dict]:
-        with self._lock:
-            return [e for e in self.events if e['k'] == kind and e['wall'] >= since]
-
-    def last(self, kind: str) -> dict | None:
-        found = self.of(kind)
-        return found[-1] if found else None
 
 
 def _side_env(side: str, domain: str) -> dict[str, str]:
@@ -193,7 +78,7 @@ def test_split_graph_over_a_50_mbit_link_holds_on_outage_and_resumes(two_hosts):
         procs.append(hosts.start(hosts.policy, 'policy', _node_argv(
             policy_spec, policy_plan, '-p', f'clock_offset_s:={CLOCK_OFFSET_S}'), policy_env))
         monitor = Monitor(hosts.start(hosts.robot, 'monitor',
-                                      [sys.executable, str(MONITOR)], robot_env,
+                                      [sys.executable, '-m', MONITOR], robot_env,
                                       stdout=subprocess.PIPE))
 
         def alive() -> None:
