@@ -481,12 +481,6 @@ class ChunkExecutor:
             if chunk.stamp_s < self._pause_guard_s:
                 return self._stale(chunk, f'observed before pause: stamp {chunk.stamp_s:.6f} '
                                           f'< pause at {self._pause_guard_s:.6f}')
-            limit = self.cfg.max_observation_age_s
-            if limit > 0 and now_s - chunk.stamp_s > limit:
-                self._old_observation += 1
-                return self._stale(chunk, f'observation too old: {now_s - chunk.stamp_s:.3f} s '
-                                          f'> max_observation_age_s {limit:g} s (a delayed '
-                                          'link?)')
             period = chunk.period_s or self._period
             skipped = 0
             if self.cfg.time_align and now_s > chunk.stamp_s:
@@ -501,6 +495,13 @@ class ChunkExecutor:
                                'to arrive than it lasts; a longer chunk (n_action_steps) or a '
                                'faster device')
                 skipped = int(math.floor(slots))
+            # Not wholly expired (a long chunk), yet computed from an observation too old.
+            limit = self.cfg.max_observation_age_s
+            if limit > 0 and now_s - chunk.stamp_s > limit:
+                self._old_observation += 1
+                return self._stale(chunk, f'observation too old: {now_s - chunk.stamp_s:.3f} s '
+                                          f'> max_observation_age_s {limit:g} s (a delayed '
+                                          'link?)')
             new = [_Entry(chunk.sequence, chunk.revision, i, chunk.values[i], chunk.instruction)
                    for i in range(skipped, chunk.horizon)]
             self._merge(new)
