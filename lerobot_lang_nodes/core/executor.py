@@ -39,6 +39,11 @@ Rules (see ``ChunkExecutor`` for the details of each):
   existing actions. If the queue would exceed ``max_queue``, the far-future end is truncated.
 * Clock regressions (``now_s`` lower than before, e.g. a simulator reset) keep a burst's
   remaining duration and pull the pause guard back to the new timeline.
+* Teleop (``teleop``: a human's leader arm commands, see core/teleop.py): entering it drops
+  the queue and sets the pause guard, chunks are refused as stale while in it, and ``tick``
+  returns the leader's pose (after the handover slide) or None when the leader is silent for
+  longer than ``leader_timeout_s``. Leaving it (resume, burst) sets the pause guard again, so
+  nothing the policy observed before the hand-back is played.
 """
 
 from __future__ import annotations
@@ -54,6 +59,7 @@ from typing import NamedTuple
 import numpy as np
 
 from .errors import ConfigError, InvalidChunk, config_error
+from .teleop import LeaderTracker
 
 logger = logging.getLogger(__name__)
 
@@ -70,6 +76,8 @@ REPLACE_POLICIES = ('tail', 'blend', 'append')
 
 # Tolerance for float error when deciding how many action slots have fully elapsed.
 _TIME_EPS = 1e-9
+# A chunk observed less than this after a hand-back counts as observed before it.
+_HANDBACK_EPS_S = 1e-6
 
 DispatchCallback = Callable[[int, int, int, np.ndarray], None]
 
@@ -195,6 +203,12 @@ class ExecutorConfig:
     # Dry run: chunks are validated, queued and played at the control rate as usual, but
     # tick() returns None (hold) and the action is kept as the planned target instead.
     dry_run: bool = False
+    # Teleop: a leader silent for longer than this holds the follower (s); at a takeover the
+    # follower slides from its pose to the leader's at this speed (rad/s) until within the
+    # tolerance (rad), then tracks the leader directly.
+    leader_timeout_s: float = 0.25
+    teleop_align_speed_rad_s: float = 0.5
+    teleop_align_tolerance_rad: float = 0.02
     # A chunk's control period may differ from 1/ctrl_hz by this fraction; the queue plays one
     # action per tick, so a chunk made for another rate would run too fast or too slow.
     period_tolerance: float = 0.02
@@ -254,6 +268,11 @@ class ExecutorConfig:
             value = getattr(self, name)
             if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
                 raise config_error(name, value, 'a finite number >= 0')
+        for name in ('leader_timeout_s', 'teleop_align_speed_rad_s',
+                     'teleop_align_tolerance_rad'):
+            value = getattr(self, name)
+            if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
+                raise config_error(name, value, 'a finite number > 0')
         if not isinstance(self.log_every, int) or self.log_every < 1:
             raise config_error('log_every', self.log_every, 'an integer >= 1')
 
@@ -297,6 +316,11 @@ class ExecutorStatus:
     planned_target: tuple[float, ...] = ()  # dry run: the last action that was not sent
     discarded_old_observation: int = 0  # of discarded_stale: older than max_observation_age_s
     control_source: str = CONTROL_NONE  # who commands the arm: CONTROL_* (RuntimeStatus)
+    teleop_dispatched: int = 0  # leader poses sent to the robot in teleop
+    leader_received: int = 0  # leader samples taken
+    leader_refused: int = 0  # leader samples refused (missing joints, non-finite, limits)
+    leader_silent_ticks: int = 0  # teleop ticks held because the leader was silent
+    handover_aligned: bool = True  # the takeover's slide reached the leader's pose
 
 
 class DispatchRecord(NamedTuple):
@@ -381,12 +405,17 @@ class ChunkExecutor:
         self._catchup_skipped = 0
         self._planned = 0
         self._planned_target: tuple[float, ...] = ()
+        self._leader = LeaderTracker(cfg.action_names, cfg.leader_timeout_s,
+                                     cfg.teleop_align_speed_rad_s,
+                                     cfg.teleop_align_tolerance_rad,
+                                     cfg.lower_limits, cfg.upper_limits)
+        self._teleop_dispatched = 0
 
     # ---------------------------------------------------------------- properties
 
     @property
     def mode(self) -> str:
-        """'action' or 'paused'."""
+        """'action', 'paused' or 'teleop'."""
         with self._lock:
             return self._mode
 
@@ -478,6 +507,8 @@ class ChunkExecutor:
                                           'chunk')
             if self._mode == MODE_PAUSED:
                 return self._stale(chunk, 'paused')
+            if self._mode == MODE_TELEOP:
+                return self._stale(chunk, 'teleop: a human commands the arm')
             if chunk.stamp_s < self._pause_guard_s:
                 return self._stale(chunk, f'observed before pause: stamp {chunk.stamp_s:.6f} '
                                           f'< pause at {self._pause_guard_s:.6f}')
@@ -607,9 +638,13 @@ class ChunkExecutor:
         if at is not None:
             self._pause_guard_s = max(self._pause_guard_s, float(at))
 
-    def resume(self) -> None:
-        """Dispatch continuously (cancels a pending burst deadline)."""
+    def resume(self, now_s: float | None = None) -> None:
+        """Dispatch continuously (cancels a pending burst deadline); from teleop this is the
+        hand-back to the policy (``now_s`` defaults to the last time seen)."""
         with self._lock:
+            if now_s is not None:
+                self._observe_clock(now_s)
+            self._leave_teleop(now_s)
             if self._mode != MODE_ACTION:
                 self._last_dispatch_s = None
             self._mode = MODE_ACTION
@@ -623,10 +658,53 @@ class ChunkExecutor:
                                'use resume() to run without a deadline')
         with self._lock:
             self._observe_clock(now_s)
+            self._leave_teleop(now_s)
             if self._mode != MODE_ACTION:
                 self._last_dispatch_s = None
             self._mode = MODE_ACTION
             self._deadline = float(now_s) + float(duration_s)
+
+    # ---------------------------------------------------------------- teleop
+
+    def teleop(self, now_s: float, follower: Sequence[float] | None = None) -> None:
+        """Take over: the leader arm commands from now on (the policy's queue is dropped).
+
+        ``follower`` (the follower's present pose, action order) starts the handover slide
+        from there to the leader's pose; None tracks the leader at once (it was driven to the
+        follower's pose first, or the caller knows both agree).
+        """
+        with self._lock:
+            self._observe_clock(now_s)
+            previous = self._mode
+            self._drop_all()
+            self._mode = MODE_TELEOP
+            self._deadline = None
+            self._last_dispatch_s = None
+            # Chunks the policy computed before the takeover must never play after it.
+            self._pause_guard_s = max(self._pause_guard_s, float(now_s))
+            self._leader.start(now_s, follower)
+        if previous != MODE_TELEOP:
+            logger.info('takeover: %s -> teleop (a human commands the arm)', previous)
+
+    def set_leader(self, names: Sequence[str], positions: Sequence[float],
+                   now_s: float) -> str:
+        """One leader sample (joint names, radians) received at ``now_s``; '' when taken,
+        else why it was refused (it is then counted and never tracked)."""
+        with self._lock:
+            return self._leader.update(names, positions, now_s)
+
+    def _leave_teleop(self, now_s: float | None) -> None:
+        if self._mode != MODE_TELEOP:
+            return
+        at = now_s if now_s is not None else self._last_now_s
+        if at is not None:
+            # Nothing observed while the human commanded is played by the policy, not even an
+            # observation of the hand-back's own instant (a simulator's clock moves in steps;
+            # a stamp in whole nanoseconds may read that instant rounded up).
+            self._pause_guard_s = max(self._pause_guard_s, float(at) + _HANDBACK_EPS_S)
+        self._mode = MODE_PAUSED  # the caller sets the new mode
+        logger.info('hand-back: teleop -> policy (chunks observed before %s are stale)',
+                    'now' if at is None else f'{float(at):.3f}')
 
     def clear(self) -> None:
         """Drop every queued action without changing the mode."""
@@ -661,6 +739,8 @@ class ChunkExecutor:
         """Return the action to send now (a float64 copy), or None to hold position."""
         with self._lock:
             self._observe_clock(now_s)
+            if self._mode == MODE_TELEOP:
+                return self._tick_teleop(now_s)
             if self._mode != MODE_ACTION:
                 return None
             if self._deadline is not None and now_s >= self._deadline:
@@ -700,6 +780,23 @@ class ChunkExecutor:
                 logger.exception('on_dispatch callback failed')
         return action
 
+    def _tick_teleop(self, now_s: float) -> np.ndarray | None:
+        target = self._leader.target(now_s)
+        if target is None:
+            return None  # silent leader: hold the last safe goal
+        if self.cfg.dry_run:
+            self._planned += 1
+            self._planned_target = tuple(float(v) for v in target)
+            return None
+        self._teleop_dispatched += 1
+        callback = self.on_dispatch
+        if callback is not None:
+            try:  # chunk 0: no chunk, the leader's pose
+                callback(0, self._revision, self._teleop_dispatched, target.copy())
+            except Exception:  # noqa: BLE001 - a logging hook must never stop the control loop
+                logger.exception('on_dispatch callback failed')
+        return target
+
     # ---------------------------------------------------------------- status
 
     def needs_refill(self) -> bool:
@@ -721,6 +818,9 @@ class ChunkExecutor:
         # chunks); a dry run sends nothing, so nobody commands the arm.
         if self._mode == MODE_ACTION and not self.cfg.dry_run:
             return CONTROL_POLICY
+        if (self._mode == MODE_TELEOP and not self.cfg.dry_run and self._last_now_s is not None
+                and self._leader.fresh(self._last_now_s)):
+            return CONTROL_HUMAN
         return CONTROL_NONE
 
     def status(self) -> ExecutorStatus:
@@ -748,5 +848,9 @@ class ChunkExecutor:
                 dry_run=self.cfg.dry_run, planned=self._planned,
                 planned_target=self._planned_target,
                 control_source=self._control_source_locked(),
+                teleop_dispatched=self._teleop_dispatched,
+                leader_received=self._leader.received, leader_refused=self._leader.refused,
+                leader_silent_ticks=self._leader.silent_ticks,
+                handover_aligned=self._leader.aligned,
                 discarded_old_observation=self._old_observation,
             )

@@ -24,7 +24,8 @@ from dataclasses import dataclass, field
 
 from .errors import config_error
 
-MODES = ('action', 'paused')
+# teleop: a human's leader arm commands (the executor's run mode); the planner goes on.
+MODES = ('action', 'paused', 'teleop')
 SOURCES = ('planner', 'operator')
 
 # Whitespace is tolerated inside the tags ("< say >", "</ say>"); DOTALL lets speech span lines.
@@ -180,7 +181,8 @@ class LanguageState:
             return True
 
     def set_mode(self, mode: str) -> bool:
-        """Switch between 'action' and 'paused'; a change bumps revision."""
+        """Switch between 'action', 'paused' and 'teleop'; a change bumps revision (so a
+        hand-back from teleop starts a new one: nothing computed before is played)."""
         _check_choice('mode', mode, MODES)
         with self._lock:
             if mode == self.mode:

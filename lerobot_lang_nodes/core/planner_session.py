@@ -33,7 +33,7 @@ from typing import Any
 from lerobot_lang_nodes.core.control_loop import ThrottledLog
 from lerobot_lang_nodes.core.high_level import HighLevelPlanner
 from lerobot_lang_nodes.core.inputs import DEFAULT_MAX_TEXT_CHARS, text_problem
-from lerobot_lang_nodes.core.language import LanguageSnapshot, LanguageState
+from lerobot_lang_nodes.core.language import MODES, LanguageSnapshot, LanguageState
 from lerobot_lang_nodes.core.scene_reset import Command, ResetOrdering
 from lerobot_lang_nodes.core.shared_domain import LiveSources
 
@@ -416,12 +416,15 @@ class PlannerSession:
         if context_revision > self.state.revision and one_executor:
             # Never follow another graph's executor: two planners would ratchet each other.
             self.submit(self._job_revision_floor, int(context_revision))
-        if mode in ('action', 'paused') and mode != self.state.mode:
+        if mode in MODES and mode != self.state.mode:
             if mode == 'action':
                 self.pause_reason = PAUSE_REASON
             self.submit(self._job_set_mode, mode)
         if self.cfg.regen_on != 'refill':
             return
+        # In teleop no chunk boundary comes (the policy is idle): the planner still follows
+        # the operator's demonstration at its throttled rate, as with a queue that stays empty.
+        needs_refill = needs_refill or mode == 'teleop'
         now = self._monotonic()
         interval = self.planner.throttle.min_interval_s
         with self._lock:

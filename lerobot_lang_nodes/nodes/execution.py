@@ -61,6 +61,27 @@ class ExecutionParams(ExecutorParams):
         'doc': 'JSON-lines file with one line per action sent to the robot: loop time, '
                'wall-clock instant after the write, chunk, step and the clamped action '
                '(core/dispatch_file.py); empty disables.'})
+    leader_joint_states_topic: str = field(default='/leader/joint_states', metadata={
+        'doc': "The leader arm's joint states (rad), tracked in run mode teleop (after the "
+               'takeover service).'})
+    leader_timeout_s: float = field(default=0.25, metadata={
+        'doc': 'Teleop watchdog: a leader silent for longer than this holds the follower '
+               '(runtime_status control_source none) until it speaks again (s).',
+        'range': (0.01, 10.0)})
+    teleop_align_speed_rad_s: float = field(default=0.5, metadata={
+        'doc': "Takeover: the follower slides from its pose to the leader's at most this "
+               'fast per joint (rad/s), then tracks the leader directly.',
+        'range': (0.01, 10.0)})
+    leader_node: str = field(default='/so101_leader', metadata={
+        'doc': "Takeover drives this leader node to the follower's pose (its hold_pose, then "
+               'release) before the human commands; empty, or no such node: the follower '
+               'slides to the leader instead.'})
+    handover_tolerance_rad: float = field(default=0.05, metadata={
+        'doc': "Takeover: the leader is at the follower's pose when every joint is this "
+               'close (rad).', 'range': (0.001, 1.0)})
+    handover_timeout_s: float = field(default=5.0, metadata={
+        'doc': "Takeover: how long to wait for the driven leader to reach the follower's pose "
+               '(s); then it is released and the follower slides.', 'range': (0.1, 60.0)})
 
 
 def make_executor(params: ExecutorParams, action_names: tuple[str, ...], ctrl_hz: float,
@@ -69,11 +90,14 @@ def make_executor(params: ExecutorParams, action_names: tuple[str, ...], ctrl_hz
     """A ChunkExecutor that rejects values beyond the limits by ``margin`` (default the
     params' ``reject_margin_rad``)."""
     margin = params.reject_margin_rad if margin is None else margin
+    teleop = ({'leader_timeout_s': params.leader_timeout_s,
+               'teleop_align_speed_rad_s': params.teleop_align_speed_rad_s}
+              if isinstance(params, ExecutionParams) else {})
     return ChunkExecutor(ExecutorConfig(
         action_names=tuple(action_names), ctrl_hz=ctrl_hz,
         lower_limits=(np.asarray(lower) - margin).tolist(),
         upper_limits=(np.asarray(upper) + margin).tolist(),
-        refill_fraction=params.refill_fraction, replace=params.replace,
+        refill_fraction=params.refill_fraction, replace=params.replace, **teleop,
         time_align=params.time_align, start_paused=params.start_paused,
         dry_run=params.dry_run, max_observation_age_s=params.max_chunk_age_s), **kw)
 

@@ -31,6 +31,7 @@ from lerobot_lang_nodes.nodes.diagnostics import DiagnosticsPublisher
 from lerobot_lang_nodes.nodes.execution import ExecutionParams, change_limits, make_executor
 from lerobot_lang_nodes.nodes.params import (declare_config, reject_unknown_parameters,
                                              watch_runtime_parameters)
+from lerobot_lang_nodes.nodes.teleop import TeleopPort
 from lerobot_lang_nodes.sim import tasks  # text parsing only: no MuJoCo import
 
 # RoboCasa's convention, kept so seeds mean the same across simulators.
@@ -125,6 +126,12 @@ class SimBridgeNode(SimulatorBridge, Node):
         self._scheduling_refused = ''  # why thread_priority could not be applied
         self.fault_hook = None  # tests: a callable run in each cycle (e.g. one that raises)
         self._init_bridge()
+        # Run mode teleop: the simulated arm follows a leader arm (/leader/joint_states) as the
+        # real one does, through the same executor and safety limits; takeover / handback.
+        self._present = self._hold.copy()
+        self._control_source = self.chunk_executor.control_source
+        self.teleop = TeleopPort(self, self.cfg, self._sim_time, lambda: self._present.copy(),
+                                 lambda: self._publish_status(self._sim_time()))
         self._joint_pub = self.create_publisher(JointState, 'joint_states', qos.SENSOR)
         self._image_pubs = {c: self.create_publisher(Image, f'cameras/{c}/image_raw', qos.SENSOR)
                             for c in self.cfg.cameras}
@@ -238,6 +245,9 @@ class SimBridgeNode(SimulatorBridge, Node):
                 self.scene.apply_action(self._hold)
                 now = self.scene.step(period)
                 refill = ticks.refill_edge(self.chunk_executor.needs_refill())
+                # Who commands the arm changed (e.g. the leader fell silent): say it at once.
+                source = self.chunk_executor.control_source
+                switched, self._control_source = source != self._control_source, source
                 # A failed publish (DDS refused a write) costs this tick's outputs, never the
                 # simulation loop.
                 try:
@@ -247,7 +257,7 @@ class SimBridgeNode(SimulatorBridge, Node):
                         self._camera_worker.offer(self.scene.data, now)
                     # Publish at once when the queue crosses the refill threshold, so the
                     # policy starts the next inference without waiting for the periodic status.
-                    if ticks.due('status') or refill:
+                    if ticks.due('status') or refill or switched:
                         self._publish_status(now)
                     if ticks.due('truth'):
                         self._publish_world(now)
@@ -307,8 +317,8 @@ class SimBridgeNode(SimulatorBridge, Node):
         request.set()
 
     def _publish_joints(self, now: float) -> None:
-        msg = JointState(name=list(self.joint_names),
-                         position=self.scene.joint_positions().tolist(),
+        self._present = self.scene.joint_positions()
+        msg = JointState(name=list(self.joint_names), position=self._present.tolist(),
                          velocity=self.scene.joint_velocities().tolist(),
                          effort=self.scene.joint_efforts().tolist())
         convert.s_to_stamp(now, msg.header.stamp)
