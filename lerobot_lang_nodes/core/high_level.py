@@ -145,7 +145,8 @@ class HighLevelPlanner:
         node has received; None = unknown). With it, the boundary's regeneration waits for
         the next observation: the caller calls ``look`` when one arrives. Returns whether a
         regeneration ran (whatever its outcome; see ``last_outcome``). Nothing runs in direct
-        mode, while paused, or without a task.
+        mode, while paused, or without a task (in teleop it runs: a demonstration gets its
+        language too).
         """
         self.throttle.note_chunk()
         if observed is not None and self._waiting is None:
@@ -164,7 +165,8 @@ class HighLevelPlanner:
         ``observed`` (None) it runs at once. ``chunks_per_regen`` and ``high_level_hz`` bound
         the regenerations as before.
         """
-        if self._direct or self.state.mode != 'action' or not self.state.task:
+        # In teleop a human demonstrates: the subtasks still follow what the cameras show.
+        if self._direct or self.state.mode == 'paused' or not self.state.task:
             return False
         if not self.throttle.due(now_s):
             return False

@@ -365,7 +365,7 @@ class PlannerSession:
         sources = self._look_sources()
         if sources is None or source not in sources or self.generator.state != 'ready':
             return
-        if self.planner.direct or not self.state.task or self.state.mode != 'action':
+        if self.planner.direct or not self.state.task or self.state.mode == 'paused':
             return
         if not self.planner.throttle.due(self._clock()):
             return

@@ -424,7 +424,9 @@ class PlannerNode(Node):
             self.get_logger().warning(f'VQA {question!r} not answered: {problem}',
                                       throttle_duration_sec=5.0)
             return response
-        if self.cfg.vqa_pause:
+        # A human commanding the arm (teleop) is never stopped for a question: the answer
+        # comes from the live images of the demonstration.
+        if self.cfg.vqa_pause and self.session.state.mode != 'teleop':
             error = self._pause_robot()
             if error:
                 response.success, response.message = False, f'{error}; not answering unpaused'

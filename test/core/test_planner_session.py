@@ -276,3 +276,26 @@ def test_the_simulator_s_reset_stamp_orders_the_reset_not_the_sample_that_brough
     session.on_truth({'seed': 1000, 'reset_ns': 3_000}, 5_000)
     settle(session)
     assert session.state.task == 'put the blue cube in the bowl'
+
+
+def test_the_planner_goes_on_during_teleop_and_a_handback_starts_a_revision(rig):
+    """A human's demonstration still gets its subtasks: in teleop no chunk boundary comes (the
+    policy is idle, needs_refill false), so the planner regenerates at its throttled rate."""
+    session, backend, obs, clock, mono, *_ = rig
+    session.on_task('put the red cube in the bowl')
+    settle(session)
+    session.on_status(session.state.revision, 'teleop', False, 'exec')
+    settle(session)
+    assert session.state.mode == 'teleop'
+    n = backend.calls.count('subtask')
+    for _ in range(2):
+        clock.t += 1.0
+        mono.t += 1.0
+        session.on_status(session.state.revision, 'teleop', False, 'exec')
+        settle(session)
+    assert backend.calls.count('subtask') >= n + 2
+    before = session.state.snapshot()
+    session.on_status(session.state.revision, 'action', False, 'exec')  # the hand-back
+    settle(session)
+    after = session.state.snapshot()
+    assert after.mode == 'action' and after.flush_revision > before.revision
