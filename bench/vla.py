@@ -1,6 +1,7 @@
 """Vision-language-action policies and a vision-language planner at real size, on this CPU.
 
-Usage: .venv/bin/python bench/vla.py [--repeats 5] [--sizes tiny real] [--threads 1 2]
+Usage: .venv/bin/python bench/vla.py [--repeats 5] [--tiny-repeats 40] [--sizes tiny real]
+                                     [--threads 1 2]
                                      [--no-planner] [--pi] [--out bench/reports]
 
 Policy: SmolVLA checkpoints built offline with LeRobot 0.6.1's own classes and random weights
@@ -112,15 +113,24 @@ def policy_child(path: str, threads: int, repeats: int) -> dict:
         t = time.perf_counter()
         direct()
         direct_times.append(time.perf_counter() - t)
+    # What only the node path does after LeRobot's post-processor: the conversion to radians
+    # (the model-space copy RTC keeps is a (H, n) tensor copy, far below this).
+    native = np.zeros(first.shape)  # its cost does not depend on the values
+    extra = []
+    for _ in range(200):
+        t = time.perf_counter()
+        backend.units.to_radians(native)
+        extra.append(time.perf_counter() - t)
     params = vla.parameter_count(backend.policy)
     backend.close()
     node, lerobot = summary(node_times), summary(direct_times)
     return {'threads': threads, 'load_s': round(load_s, 2),
             'rss_added_mb': round(loaded - base, 1), 'params_m': round(params / 1e6, 1),
             'chunk_shape': list(first.shape), 'first_inference_ms': round(first_s * 1000, 1),
-            'node': {**node, 'p99_ms': percentile(node_times, 99)},
+            'repeats': repeats, 'node': {**node, 'p99_ms': percentile(node_times, 99)},
             'lerobot': {**lerobot, 'p99_ms': percentile(direct_times, 99)},
-            'overhead_ratio': round(node['p50_ms'] / lerobot['p50_ms'], 3)}
+            'overhead_ratio': round(node['p50_ms'] / lerobot['p50_ms'], 3),
+            'to_radians_us': round(float(np.median(extra)) * 1e6, 1)}
 
 
 def build_pi_child(kind: str, out: str) -> dict:
@@ -160,21 +170,37 @@ def build_planner_child(out: str) -> dict:
 def markdown(report: dict) -> str:
     lines = ['# VLA policies and a VLM planner at real size (CPU)', '',
              f"{report['date']}, {report['machine']['platform']}, "
-             f"{report['machine']['cpus']} CPUs, torch {report.get('torch', '?')}, float32, "
-             f"{report['repeats']} timed chunks per path (the two paths alternate).", '',
-             '| type | size | params M | threads | load s | RSS added MB | first ms | '
+             f"{report['machine']['cpus']} CPUs (load average "
+             f"{report['machine'].get('loadavg_start')} at the start, "
+             f"{report['machine'].get('loadavg_end')} at the end), torch "
+             f"{report.get('torch', '?')}, float32 (PI0 / PI0.5: bfloat16); n timed chunks per "
+             'path, the two paths alternating on the same observation.', '',
+             '| type | size | params M | threads | load s | RSS added MB | first ms | n | '
              'node p50 ms | node p99 ms | LeRobot p50 ms | LeRobot p99 ms | node / LeRobot |',
-             '|---|---|---|---|---|---|---|---|---|---|---|---|']
+             '|---|---|---|---|---|---|---|---|---|---|---|---|---|']
     for name, res in report['policy'].items():
         if 'error' in res:
-            lines.append(f"| {name} | error: {res['error']} |" + ' |' * 10)
+            lines.append(f"| {name} | error: {res['error']} |" + ' |' * 11)
             continue
         kind, size = name.split('_', 1)
-        lines.append(f"| {kind} | {size.rsplit('_', 1)[0]} | {res['params_m']} | "
+        size = size.rsplit('_', 1)[0] + (f" ({res['date'][:10]})" if 'date' in res else '')
+        lines.append(f"| {kind} | {size} | {res['params_m']} | "
                      f"{res['threads']} | {res['load_s']} | {res['rss_added_mb']} | "
-                     f"{res['first_inference_ms']} | {res['node']['p50_ms']} | "
+                     f"{res['first_inference_ms']} | {res.get('repeats', report['repeats'])} | "
+                     f"{res['node']['p50_ms']} | "
                      f"{res['node']['p99_ms']} | {res['lerobot']['p50_ms']} | "
                      f"{res['lerobot']['p99_ms']} | {res['overhead_ratio']} |")
+    extra = {n: r['to_radians_us'] for n, r in report['policy'].items() if 'to_radians_us' in r}
+    if extra:
+        lines += ['', 'Node path overhead. Both paths build the frame from the same observation '
+                  '(joint names and radians to LeRobot units, images resized to the '
+                  "checkpoint's size) and run LeRobot's pre-processor, predict_action_chunk and "
+                  'post-processor; the node path adds a lock, a copy of the chunk in model space '
+                  '(what real-time chunking continues) and the conversion to radians, timed '
+                  'alone (median of 200, microseconds): '
+                  + ', '.join(f'{n} {us}' for n, us in extra.items())
+                  + '. A ratio further from 1 than these allow is the shared machine\'s noise '
+                  'between the alternating calls (p50 of n each).']
     planner = report.get('planner')
     if planner:
         lines += ['', '## Planner: SmolVLM2-500M-sized VLM, random weights, `transformers` '
@@ -182,7 +208,8 @@ def markdown(report: dict) -> str:
         if 'error' in planner:
             lines.append(f"error: {planner['error']}")
         else:
-            lines += [f"{planner.get('params_m', '?')} M parameters; load "
+            lines += [(f"Measured {planner['date']}. " if 'date' in planner else '')
+                      + f"{planner.get('params_m', '?')} M parameters; load "
                       f"{planner['load_s']} s, RSS added by the load {planner['rss_added_mb']} "
                       f"MB (the weights are memory-mapped), process RSS after generating "
                       f"{planner.get('rss_total_after_mb', '?')} MB.", '',
@@ -197,6 +224,9 @@ def markdown(report: dict) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument('--repeats', type=int, default=5, help='timed chunks per path')
+    parser.add_argument('--tiny-repeats', type=int, default=40,
+                        help='timed chunks per path at the tiny size (tens of ms a chunk: five '
+                             'left the ratio to the noise of a shared 2-core machine)')
     parser.add_argument('--sizes', nargs='+', choices=SIZES, default=list(SIZES))
     parser.add_argument('--threads', type=int, nargs='+', default=[1, 2])
     parser.add_argument('--no-planner', action='store_true')
@@ -205,9 +235,20 @@ def main(argv: list[str] | None = None) -> int:
                              'each, ~14 GB while loaded, minutes per chunk on a CPU)')
     parser.add_argument('--pi-repeats', type=int, default=1)
     parser.add_argument('--pi-threads', type=int, default=2)
+    parser.add_argument('--keep', type=Path, default=None,
+                        help='an earlier vla.json: its rows (and planner) that this run does '
+                             'not measure are kept, marked with their date')
     parser.add_argument('--out', type=Path, default=REPORT_DIR)
     args = parser.parse_args(argv)
     report: dict[str, Any] = {**offline_report(args.repeats), 'builds': {}, 'policy': {}}
+    if args.keep:
+        earlier = json.loads(args.keep.read_text())
+        for name, row in earlier.get('policy', {}).items():
+            report['policy'][name] = {'repeats': earlier['repeats'], **row,
+                                      'date': row.get('date', earlier['date'])}
+        if args.no_planner and earlier.get('planner'):
+            report['planner'] = {**earlier['planner'],
+                                 'date': earlier['planner'].get('date', earlier['date'])}
     with tempfile.TemporaryDirectory(prefix='bench_vla_') as tmp:
         for size in args.sizes:
             built = in_child(build_child, size, tmp)
@@ -215,8 +256,9 @@ def main(argv: list[str] | None = None) -> int:
             report['torch'] = built.get('torch')
             for threads in args.threads:
                 name = f'smolvla_{size}_{threads}'
+                repeats = args.tiny_repeats if size == 'tiny' else args.repeats
                 report['policy'][name] = (in_child(policy_child, built['path'], threads,
-                                                   args.repeats)
+                                                   repeats)
                                           if 'path' in built else built)
                 print(name, json.dumps(report['policy'][name]), flush=True)
         if args.pi:
