@@ -22,13 +22,13 @@ PACKAGE = REPO / 'lerobot_lang_nodes'
 # lower, never higher. The ground floor holds no ROS and no project imports above it.
 FLOORS = {
     'core': 0, 'paths': 0, 'allocator': 0, 'dependencies': 0, 'procs': 0, 'dds': 0,
-    'pytest_plugin': 0,
+    'pytest_plugin': 0, 'netns': 0,
     'sim': 1, 'robocasa': 1, 'viewer': 1, 'so101': 1,
     'real_config': 2, 'backends': 2,
     'graph': 3, 'launching': 3, 'hierarchical': 3,
     'recording': 4, 'tiny_models': 4,
     'nodes': 5, 'training': 5,
-    'cli': 6, 'testing': 6,
+    'cli': 6, 'testing': 6, 'remote_monitor': 6,
 }
 # Packages that must never load ROS (the nodes wrap them), checked in a fresh interpreter.
 ROS_FREE = ('core', 'sim', 'so101', 'robocasa', 'viewer', 'recording', 'training',
