@@ -44,6 +44,7 @@ from lerobot_lang_nodes.nodes.execution import (ExecutionParams, change_limits, 
 from lerobot_lang_nodes.nodes.params import (declare_config, ParameterError,
                                              watch_runtime_parameters,
                                              reject_unknown_parameters)
+from lerobot_lang_nodes.nodes.teleop import TeleopPort
 from lerobot_lang_nodes.so101.calibration import JOINT_NAMES, load_calibration
 from lerobot_lang_nodes.so101.control_host import HostConfig, So101ControlHost
 from lerobot_lang_nodes.so101.driver_core import RobotState, So101Config, So101Robot
@@ -149,6 +150,15 @@ class So101DriverNode(LifecycleNode):
         self.create_service(Trigger, 'pause', self._on_pause)
         self.create_service(Trigger, 'resume', self._on_resume)
         self.create_service(Trigger, '~/reset_fault', self._on_reset_fault)
+        # Teleop: the leader arm (/leader/joint_states) commands through the same host and
+        # clamps; takeover / handback are refused as resume is (fault, disconnected, inactive).
+        self._present = None
+        self._control_source = self.chunk_executor.control_source
+        self.teleop = TeleopPort(
+            self, cfg, self._now, lambda: self._present,
+            lambda: self._status_pub.publish(convert.status_to_msg(
+                self.chunk_executor.status(), self._now())),
+            refusal=self.host.refusal, on_teleop=self._teleop, on_handback=self.host.handback)
         self._auto_timer = None
         self._cadence: Cadence | None = None
         self.get_logger().info(
@@ -293,6 +303,11 @@ class So101DriverNode(LifecycleNode):
             self.get_logger().info('resumed')
         return response
 
+    def _teleop(self, follower) -> None:
+        refusal = self.host.teleop(follower)
+        if refusal:  # the arm faulted between the service's check and now
+            self.get_logger().error(f'takeover refused: {refusal}')
+
     def _on_burst(self, msg: Float64) -> None:
         """Timed burst: act for msg.data seconds, then pause (refused as resume would be)."""
         refusal = self.host.burst(msg.data)
@@ -331,9 +346,13 @@ class So101DriverNode(LifecycleNode):
                     self._dispatch_log.write(now, cycle.written_at, *self._dispatching,
                                              cycle.goal)
                 if state is not None:
+                    self._present = state.position_rad.copy()
                     self._publish_joints(state, now)
                 refill = ticks.refill_edge(self.chunk_executor.needs_refill())
-                if ticks.due('status') or refill:
+                # Who commands the arm changed (e.g. the leader fell silent): say it at once.
+                source = self.chunk_executor.control_source
+                switched, self._control_source = source != self._control_source, source
+                if ticks.due('status') or refill or switched:
                     self._status_pub.publish(convert.status_to_msg(
                         self.chunk_executor.status(), now))
                 if ticks.due('diagnostics'):

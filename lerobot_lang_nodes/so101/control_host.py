@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from lerobot_lang_nodes.core.control_loop import LoopErrors, ThrottledLog, python_logger_emit
-from lerobot_lang_nodes.core.executor import MODE_ACTION, ChunkExecutor
+from lerobot_lang_nodes.core.executor import MODE_ACTION, MODE_TELEOP, ChunkExecutor
 from lerobot_lang_nodes.so101 import protocol
 from lerobot_lang_nodes.so101.driver_core import RobotState, So101Robot
 from lerobot_lang_nodes.so101.errors import (BusError, CalibrationError, FaultLatched,
@@ -181,6 +181,27 @@ class So101ControlHost:
         self.executor.resume()
         return ''
 
+    def teleop(self, follower: np.ndarray | None = None) -> str:
+        """Take over: the leader arm commands from ``follower`` (the present pose, the
+        handover's start; None: at once); '' or the refusal (as resume's)."""
+        refusal = self.refusal()
+        if refusal:
+            return refusal
+        self._last_action_s = self._mono()
+        self._watchdog_holding = False
+        self.executor.teleop(self._now(), follower)
+        return ''
+
+    def handback(self) -> str:
+        """Human -> policy: resume, refusing every chunk observed before now; '' or why not."""
+        refusal = self.refusal()
+        if refusal:
+            return refusal
+        self._last_action_s = self._mono()
+        self._watchdog_holding = False
+        self.executor.resume(self._now())
+        return ''
+
     def burst(self, duration_s: float) -> str:
         """Act for ``duration_s`` then pause; '' or the refusal."""
         refusal = self.refusal()
@@ -264,7 +285,8 @@ class So101ControlHost:
                         robot.hold_present_position()
                     return result
                 # A dry run never sends an action by design: nothing for the watchdog to miss.
-                if (action is None and self.executor.mode == MODE_ACTION
+                # A silent leader in teleop is caught by the same watchdog as a silent policy.
+                if (action is None and self.executor.mode in (MODE_ACTION, MODE_TELEOP)
                         and not self.executor.cfg.dry_run):
                     self._watchdog(robot)
             except PortDisconnected as exc:
