@@ -49,7 +49,8 @@ def test_takeover_and_handback_on_two_emulated_buses(tmp_path: Path, probe) -> N
                 'leader_node': f'{NS}/so101_leader'}), tmp_path / 'so101_driver.log'))
         procs.append(NodeProcess('so101_leader', node_command(
             'lerobot_lang_nodes.nodes.so101_leader_node', '-r', f'__ns:={NS}', params={
-                'port': str(tmp_path / 'leader'), 'calibration_path': str(tmp_path / 'leader.json'),
+                'port': str(tmp_path / 'leader'),
+                'calibration_path': str(tmp_path / 'leader.json'),
                 'timeout_margin_ms': 100.0, 'reconnect_period_s': 0.2, 'hold_speed_rad_s': 1.0,
                 'joint_states_topic': 'leader/joint_states',
                 'follower_joint_states_topic': 'joint_states'}), tmp_path / 'so101_leader.log'))
