@@ -50,10 +50,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from sim_graph import REPORT_DIR, private_ros_domain, start_nodes, write_params  # noqa: E402
+from sim_graph import REPORT_DIR, private_ros_domain  # noqa: E402
 
-from lerobot_lang_nodes import graph  # noqa: E402
-from lerobot_lang_nodes.testing import NodeProcess, WaitTimeout, wait_until  # noqa: E402
+from lerobot_lang_nodes.testing import NodeProcess, SimGraph, WaitTimeout, wait_until  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 COLOURS = ('red', 'green', 'blue')
@@ -129,6 +128,10 @@ def run_cli(argv: list[str], log_path: Path, timeout_s: float) -> tuple[int, str
             proc.kill()  # only the child this function started, by its handle
             proc.wait()
             code = 124
+        except BaseException:  # Ctrl-C / SIGTERM of the run: the trainer must not outlive it
+            proc.kill()
+            proc.wait()
+            raise
     text = log_path.read_text(errors='replace')
     return code, text, round(time.monotonic() - t0, 1)
 
@@ -166,8 +169,9 @@ class Latest:
 
 
 class SimSession:
-    """The sim graph's nodes (one process each, as sim_graph.py starts them), optionally the
-    recorder, and a probe: tasks, resets, interjections, VQA, and what came out."""
+    """The sim graph's nodes (testing.SimGraph: one process each, as sim.launch.py starts
+    them), optionally the recorder, and a probe: tasks, resets, interjections, VQA, and what
+    came out."""
 
     def __init__(self, folder: Path, overrides: list[tuple[str, str, Any]],
                  record_dir: Path | None = None) -> None:
@@ -182,17 +186,16 @@ class SimSession:
         self.folder = folder
         normal_scheduling()
         self.String = String
-        params_file, self.params = write_params(folder, folder / 'dispatch.jsonl', viewer=False,
-                                                target_rtf=None, overrides=overrides)
+        params: dict[str, dict[str, Any]] = {}
+        for node, name, value in overrides:
+            params.setdefault(node, {})[name] = value
+        launch = {'record': 'true', 'record_dir': str(record_dir)} if record_dir else {}
         self.procs: dict[str, NodeProcess] = {}
         self.probe = None
         try:
-            self.procs = start_nodes(params_file, folder, dict(os.environ), viewer=False)
-            if record_dir is not None:
-                self.procs['recorder'] = NodeProcess('recorder', [
-                    sys.executable, '-m', graph.RECORDER.module, '--ros-args',
-                    '-p', 'use_sim_time:=true', '-p', f'output_dir:={record_dir}'],
-                    folder / 'recorder.log')
+            self.graph = SimGraph(folder, params, launch=launch, env=dict(os.environ),
+                                  viewer=False, probe=False)
+            self.procs = self.graph.procs
             self.probe = RosProbe(f'closed_loop_probe_{os.getpid()}')
             self.subtasks: list[str] = []
             self._last_subtask = ''

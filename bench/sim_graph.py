@@ -3,9 +3,9 @@
 Usage: .venv/bin/python bench/sim_graph.py [--sim-seconds 60] [--viewer] [--no-cycle]
                                            [--out bench/reports]
 
-The graph is started as the system test starts it (graph.SIM specs, graph.ros_args and a
-temporary copy of config/sim.yaml with a dispatch log), one process per node, in a private
-ROS domain with discovery kept on loopback. A task is published on `task`; by default the
+The graph is started as `ros2 launch lerobot_lang_nodes sim.launch.py` starts it
+(testing.SimGraph on graph.launch_plan, with a dispatch log), one process per node, in a
+private ROS domain with discovery kept on loopback. A task is published on `task`; by default the
 next colour is sent after each success (and the scene re-rolled after the last colour) so the
 arm keeps working for the whole measured window. See bench/README.md, "Simulated graph".
 """
@@ -30,11 +30,11 @@ from typing import Any
 import numpy as np
 import yaml
 
-from lerobot_lang_nodes import dds, graph
+from lerobot_lang_nodes import dds
 from lerobot_lang_nodes.core.dispatch_file import read_dispatch_file
 from lerobot_lang_nodes.nodes.params import config_defaults
 from lerobot_lang_nodes.nodes.sim_bridge_node import SimBridgeConfig
-from lerobot_lang_nodes.testing import NodeProcess, WaitTimeout, free_port, wait_until
+from lerobot_lang_nodes.testing import SimGraph, WaitTimeout, wait_until
 
 # nodes/runner.py's executor switch (not imported from there: that would import rclpy before
 # private_ros_domain() set the DDS environment).
@@ -157,33 +157,6 @@ def parse_override(text: str) -> tuple[str, str, Any]:
     if not sep or not dot or not node or not name:
         raise argparse.ArgumentTypeError(f'expected NODE.PARAM=VALUE, got {text!r}')
     return node, name, yaml.safe_load(raw)
-
-
-def write_params(tmp: Path, dispatch_log: Path, viewer: bool, target_rtf: float | None,
-                 overrides: list[tuple[str, str, Any]] = ()) -> tuple[Path, dict]:
-    params = yaml.safe_load(graph.default_params_file('sim').read_text())
-    for node, name, value in overrides:
-        params.setdefault(node, {}).setdefault('ros__parameters', {})[name] = value
-    params['sim_bridge']['ros__parameters']['dispatch_log_path'] = str(dispatch_log)
-    if target_rtf is not None:
-        params['sim_bridge']['ros__parameters']['real_time_factor'] = target_rtf
-    if viewer:
-        # Not the default 8010: a live `lerobot-lang sim` on this machine may hold it.
-        params['viewer']['ros__parameters']['port'] = free_port()
-    path = tmp / 'sim.yaml'
-    path.write_text(yaml.safe_dump(params))
-    return path, params
-
-
-def start_nodes(params_file: Path, tmp: Path, env: dict[str, str], viewer: bool
-                ) -> dict[str, NodeProcess]:
-    procs: dict[str, NodeProcess] = {}
-    for spec in graph.SIM:
-        if spec.name == 'viewer' and not viewer:
-            continue
-        argv = [sys.executable, '-m', spec.module, *graph.ros_args(spec, params_file)]
-        procs[spec.name] = NodeProcess(spec.name, argv, tmp / f'{spec.name}.log', env=env)
-    return procs
 
 
 class Recorder:
@@ -338,16 +311,21 @@ def run(args: argparse.Namespace, env: dict[str, str], t_start: float) -> dict[s
         return max(0.1, min(limit, deadline - time.monotonic()))
 
     tmp = Path(tempfile.mkdtemp(prefix='bench_sim_graph_'))
-    dispatch_log = tmp / 'dispatch.jsonl'
-    params_file, params = write_params(tmp, dispatch_log, args.viewer, args.target_rtf,
-                                       args.param)
+    overrides: dict[str, dict[str, Any]] = {}
+    for node, name, value in args.param:
+        overrides.setdefault(node, {})[name] = value
+    if args.target_rtf is not None:
+        overrides.setdefault('sim_bridge', {})['real_time_factor'] = args.target_rtf
+    sim_graph = SimGraph(tmp, overrides, env={**env, EXECUTOR_ENV: args.executor},
+                         viewer=args.viewer, probe=False)
+    dispatch_log = sim_graph.dispatch_log
     # The params file sets what differs from the node's defaults; read both.
-    sim_params = {**config_defaults(SimBridgeConfig), **params['sim_bridge']['ros__parameters']}
+    sim_params = {**config_defaults(SimBridgeConfig), **sim_graph.params_of('sim_bridge')}
     ctrl_hz = float(sim_params['ctrl_hz'])
     period = 1.0 / ctrl_hz
     # Same rounding as the sim loop: images go out on one tick in camera_every.
     camera_every = max(1, int(round(ctrl_hz / float(sim_params['camera_hz']))))
-    procs = start_nodes(params_file, tmp, {**env, EXECUTOR_ENV: args.executor}, args.viewer)
+    procs = sim_graph.procs
     plist = list(procs.values())
     probe = None
     ok = False

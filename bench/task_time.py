@@ -39,8 +39,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from lerobot_lang_nodes.core.dispatch_file import read_dispatch_file  # noqa: E402
 from lerobot_lang_nodes.core.inference_file import read_inference_file  # noqa: E402
-from sim_graph import (REPORT_DIR, parse_override, private_ros_domain,  # noqa: E402
-                       start_nodes, write_params)
+from sim_graph import REPORT_DIR, parse_override, private_ros_domain  # noqa: E402
+
+from lerobot_lang_nodes.testing import SimGraph  # noqa: E402
 
 
 COLOURS = ('red', 'green', 'blue')
@@ -108,12 +109,12 @@ class RunningGraph:
         from lerobot_lang_nodes.testing import RosProbe
 
         self.tmp = Path(tempfile.mkdtemp(prefix=f'task_time_{self.name}_'))
-        self.dispatch_log = self.tmp / 'dispatch.jsonl'
-        self.inference_log = self.tmp / 'inference.jsonl'
-        overrides = [*self.overrides, ('policy', 'inference_log_path', str(self.inference_log))]
-        params_file, _ = write_params(self.tmp, self.dispatch_log, viewer=False, target_rtf=None,
-                                      overrides=overrides)
-        self.procs = start_nodes(params_file, self.tmp, self.env, viewer=False)
+        params: dict[str, dict[str, Any]] = {}
+        for node, key, value in self.overrides:
+            params.setdefault(node, {})[key] = value
+        self.graph = SimGraph(self.tmp, params, env=self.env, viewer=False, probe=False)
+        self.dispatch_log, self.inference_log = self.graph.dispatch_log, self.graph.inference_log
+        self.procs = self.graph.procs
         self.probe = RosProbe(f'task_time_{self.name}')
         try:
             self.truth = self.probe.subscribe(String, 'sim/ground_truth', qos.LATCHED)
