@@ -59,6 +59,26 @@ SIMULATORS = {'mujoco': ('sim', ''), 'robocasa': ('robocasa', 'robocasa'),
               'robosuite': ('robocasa', 'robosuite'), 'standin': ('robocasa', 'standin')}
 ROBOCASA_VENV_ENV = 'LEROBOT_LANG_ROBOCASA_VENV'
 
+# The SO-101 leader arm (human in the loop): optional in the sim and real graphs; its death
+# does not stop the graph (the follower holds on a silent leader).
+LEADER = NodeSpec('so101_leader', 'lerobot_lang_nodes.nodes.so101_leader_node', required=False)
+
+
+def leader_parameters(port: str, calibration: str = '') -> dict[str, dict[str, object]]:
+    """so101_leader's parameters for a leader arm on ``port``; ``calibration`` is a LeRobot
+    teleoperator id or the path of its JSON file (a value with / or ending in .json).
+
+    The topics are relative, so a namespaced graph keeps its leader to itself: the leader
+    publishes <ns>/leader/joint_states, which the executor tracks in teleop, and its hold_pose
+    reads the follower's <ns>/joint_states.
+    """
+    leader: dict[str, object] = {'port': port, 'joint_states_topic': 'leader/joint_states',
+                                 'follower_joint_states_topic': 'joint_states'}
+    if calibration:
+        is_path = '/' in calibration or calibration.endswith('.json')
+        leader['calibration_path' if is_path else 'calibration_id'] = calibration
+    return {LEADER.name: leader}
+
 
 def environment_prefix(environment: str) -> Path:
     """The prefix (virtual environment) of a node's ``environment``.
@@ -251,6 +271,11 @@ LAUNCH_ARGUMENTS = (
                    graphs=('real',)),
     LaunchArgument('command_timeout_s', 'safety: hold when no command arrives for this long '
                    '(s); empty = robot_yaml / params file', graphs=('real',)),
+    LaunchArgument('leader_port', 'serial device of an SO-101 leader arm (so101_leader node; '
+                   'the takeover / handback services switch the arm to it); empty = none',
+                   graphs=('sim', 'real')),
+    LaunchArgument('leader_calibration', "the leader's LeRobot calibration id, or the path of "
+                   'its JSON file', graphs=('sim', 'real')),
     LaunchArgument('viewer', 'start the live view (viewer node, MJPEG in a browser)', 'true',
                    choices=_BOOL),
     LaunchArgument('viewer_port', 'live view TCP port (the next free one is used if taken); '
@@ -406,6 +431,11 @@ def launch_plan(graph_name: str, values: dict[str, str],
         specs = list(composed(specs))
     if not _truthy(v['viewer']):
         specs = [s for s in specs if s.name != 'viewer']
+    if v.get('leader_port'):
+        specs.append(LEADER)
+        for node, node_values in leader_parameters(v['leader_port'],
+                                                   v['leader_calibration']).items():
+            params.setdefault(node, {}).setdefault('ros__parameters', {}).update(node_values)
     if _truthy(v['record']):
         specs.append(RECORDER)
         params.setdefault('recorder', {}).setdefault('ros__parameters', {})['output_dir'] = str(

@@ -52,6 +52,14 @@ def add_arguments(command: str, parser: argparse.ArgumentParser) -> None:
                                  'the bridge\'s environment, scripts/setup.sh --robocasa); '
                                  'robosuite / standin: the same bridge on a stock robosuite '
                                  'scene / on the stand-in of RoboCasa\'s environment')
+    if command in ('sim', 'real'):
+        leader = parser.add_argument_group('leader arm (human in the loop)')
+        leader.add_argument('--leader-port', default='', metavar='DEVICE',
+                            help='serial device of an SO-101 leader arm: starts so101_leader; '
+                                 '`lerobot-lang takeover` / `handback` (or the console keys) '
+                                 'switch the arm between the policy and the leader')
+        leader.add_argument('--leader-calibration', default='', metavar='ID_OR_JSON',
+                            help="the leader's LeRobot calibration id, or its JSON file")
     parser.add_argument('--no-viewer', action='store_true', help='do not start the live view')
     parser.add_argument('--viewer-port', type=int, default=None, metavar='PORT',
                         help='live view port (default: the params file, 8010; the next free '
@@ -227,6 +235,8 @@ def _node_specs(command: str, args: argparse.Namespace,
         specs = list(graph.composed(specs))
     if args.no_viewer:
         specs = [s for s in specs if s.name != 'viewer']
+    if getattr(args, 'leader_port', ''):
+        specs.append(graph.LEADER)
     if getattr(args, 'record', False):
         specs.append(graph.RECORDER)
     return specs
@@ -365,6 +375,10 @@ def run(command: str, args: argparse.Namespace) -> int:
         specs = graph.without(_node_specs(command, args, cameras), args.without)
         for node, values in split_parameters(command, args, specs, cameras).items():
             params.setdefault(node, {}).setdefault('ros__parameters', {}).update(values)
+        if getattr(args, 'leader_port', ''):
+            for node, values in graph.leader_parameters(args.leader_port,
+                                                        args.leader_calibration).items():
+                params.setdefault(node, {}).setdefault('ros__parameters', {}).update(values)
     except ValueError as exc:
         print(f'error: {exc}', file=sys.stderr)
         return 2

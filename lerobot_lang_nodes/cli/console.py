@@ -21,6 +21,7 @@ from lerobot_lang_nodes import dds
 DISCOVERY_TIMEOUT_S = 10.0
 VQA_TIMEOUT_S = 90.0  # pause + one generation with a model on a CPU
 SERVICE_TIMEOUT_S = 5.0
+TAKEOVER_TIMEOUT_S = 20.0  # the leader is driven to the arm's pose first (handover_timeout_s)
 
 HELP = """\
   TEXT                    interjection (the planner re-plans and may answer by speech)
@@ -28,6 +29,9 @@ HELP = """\
   /subtask TEXT           direct mode: TEXT is the active subtask, the task stays
   /pause, /resume         hold the robot / let chunks move it again
   /burst SECONDS          act for SECONDS, then pause (the executor's timed burst)
+  /takeover, /t           a human takes the arm with the leader (the policy's queue dropped,
+                          the leader driven to the arm's pose, then released to your hand)
+  /handback, /b           hand the arm back to the policy (nothing computed before plays)
   /ask [CAMERA] QUESTION  visual question (pauses the robot), prints the answer
   /reset                  reset the simulated scene (clears the task)
   /status                 task, context, run mode, queue and the planner's counters
@@ -75,7 +79,7 @@ class GraphLink:
                      'burst': n.create_publisher(Float64, 'burst', qos.COMMAND)}
         self.clients = {name: n.create_client(Trigger, name)
                         for name in ('pause', 'resume', 'sim/reset', 'recorder/start',
-                                     'recorder/stop')}
+                                     'recorder/stop', 'takeover', 'handback')}
         self.clients['vqa'] = n.create_client(AskVqa, 'vqa')
         self._msg = {'String': String, 'Float64': Float64, 'Trigger': Trigger, 'AskVqa': AskVqa}
         n.create_subscription(LanguageContext, 'language_context', self._on_context, qos.LATCHED)
@@ -113,6 +117,8 @@ class GraphLink:
             prev, self.status = self.status, msg
         if prev is not None and prev.mode != msg.mode:
             self._write(f'mode: {msg.mode}')
+        if prev is not None and prev.control_source != msg.control_source:
+            self._write(f'control: {msg.control_source}')  # policy, human or none
 
     def _on_diagnostics(self, msg: Any) -> None:
         for status in msg.status:
@@ -187,7 +193,11 @@ class Console:
             'task': self._task, 'subtask': self._subtask, 'pause': self._trigger('pause'),
             'resume': self._trigger('resume'), 'burst': self._burst, 'ask': self._ask,
             'reset': self._trigger('sim/reset'), 'status': self._status,
-            'record': self._record, 'help': lambda _a: self.write(HELP)}
+            'record': self._record, 'help': lambda _a: self.write(HELP),
+            'takeover': self._trigger('takeover', TAKEOVER_TIMEOUT_S),
+            'handback': self._trigger('handback')}
+        self.commands['t'] = self.commands['takeover']
+        self.commands['b'] = self.commands['handback']
 
     def execute(self, line: str) -> bool:
         """Run one line; False when the console should quit."""
@@ -225,9 +235,10 @@ class Console:
         if self._needs(rest, 'the subtask text: /subtask open the gripper'):
             self._report(self.link.publish('task', f'direct: {rest}'), f'subtask sent: {rest}')
 
-    def _trigger(self, name: str) -> Callable[[str], None]:
+    def _trigger(self, name: str, timeout_s: float = SERVICE_TIMEOUT_S
+                 ) -> Callable[[str], None]:
         def command(_rest: str) -> None:
-            reply, error = self.link.call(name)
+            reply, error = self.link.call(name, timeout_s=timeout_s)
             if reply is None:
                 self.write(f'error: {error}')
             else:
@@ -286,7 +297,8 @@ class Console:
                       f'memory:   {ctx.memory or "-"}', f'plan:     {ctx.plan or "-"}',
                       f'revision: {ctx.revision}']
         if st is not None:
-            lines.append(f'mode:     {st.mode}  queue {st.queue_depth}  dispatched '
+            lines.append(f'mode:     {st.mode} ({st.control_source})  queue {st.queue_depth}  '
+                         'dispatched '
                          f'{st.dispatched}  stale {st.discarded_stale}  invalid '
                          f'{st.rejected_invalid}  starved {st.starved_ticks}')
         if diag:

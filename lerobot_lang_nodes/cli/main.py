@@ -26,6 +26,11 @@ SUBCOMMANDS = {
     'resume': ('lerobot_lang_nodes.cli.operator', 'resume the robot (/resume)'),
     'status': ('lerobot_lang_nodes.cli.operator', 'print runtime status and language context'),
     'reset': ('lerobot_lang_nodes.cli.operator', 'reset the simulated scene (/sim/reset)'),
+    'takeover': ('lerobot_lang_nodes.cli.operator',
+                 'a human takes the arm with the leader (/takeover: the policy\'s queue is '
+                 'dropped, the leader driven to the arm\'s pose, then released)'),
+    'handback': ('lerobot_lang_nodes.cli.operator',
+                 'hand the arm back to the policy (/handback: nothing computed before plays)'),
     'burst': ('lerobot_lang_nodes.cli.operator',
               'act for SECONDS, then pause (the executor\'s timed burst, /burst)'),
     'console': ('lerobot_lang_nodes.cli.console',

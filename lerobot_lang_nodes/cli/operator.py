@@ -1,4 +1,5 @@
-"""Operator commands (task, run, say, ask, pause, resume, burst, reset, status) without ros2cli.
+"""Operator commands (task, run, say, ask, pause, resume, burst, reset, status, takeover,
+handback) without ros2cli.
 
 Each starts, joins the graph, does one thing and exits; `lerobot-lang console` stays connected.
 """
@@ -267,7 +268,8 @@ def _cmd_status(node, args) -> int:
               f'plan:     {ctx.plan}\nrevision: {ctx.revision}')
     st = got.get('status')
     if st is not None:
-        print(f'mode:     {st.mode}\nqueue:    {st.queue_depth}\ndispatched: {st.dispatched} '
+        print(f'mode:     {st.mode} (control: {st.control_source or "?"})\n'
+              f'queue:    {st.queue_depth}\ndispatched: {st.dispatched} '
               f'stale: {st.discarded_stale} invalid: {st.rejected_invalid} '
               f'starved: {st.starved_ticks}')
     return 0
@@ -275,4 +277,5 @@ def _cmd_status(node, args) -> int:
 
 _COMMANDS = {'task': _cmd_task, 'run': _cmd_run, 'say': _cmd_say, 'ask': _cmd_ask,
              'pause': _trigger('pause'), 'resume': _trigger('resume'), 'status': _cmd_status,
-             'reset': _trigger('sim/reset'), 'burst': _cmd_burst}
+             'reset': _trigger('sim/reset'), 'burst': _cmd_burst,
+             'takeover': _trigger('takeover'), 'handback': _trigger('handback')}

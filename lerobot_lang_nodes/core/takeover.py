@@ -77,10 +77,10 @@ def run_takeover(ports: TakeoverPorts, wait: Callable[[Callable[[], bool], float
                        f'rad at joint {int(np.argmax(np.abs(np.asarray(leader) - follower)))}')
                 notes.append(f'the leader did not reach the follower\'s pose within '
                              f'{drive_timeout_s:g} s ({gap}): the follower slides to it')
-        if ports.release_leader is not None:
-            problem = ports.release_leader()
-            if problem:
-                notes.append(f'leader release failed: {problem}')
+            if ports.release_leader is not None:  # torque off: the hand moves it now
+                problem = ports.release_leader()
+                if problem:
+                    notes.append(f'leader release failed: {problem}')
     elif follower is None:
         notes.append('no follower pose yet: tracking the leader at once')
     ports.teleop(follower)

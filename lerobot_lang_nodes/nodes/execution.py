@@ -61,7 +61,7 @@ class ExecutionParams(ExecutorParams):
         'doc': 'JSON-lines file with one line per action sent to the robot: loop time, '
                'wall-clock instant after the write, chunk, step and the clamped action '
                '(core/dispatch_file.py); empty disables.'})
-    leader_joint_states_topic: str = field(default='/leader/joint_states', metadata={
+    leader_joint_states_topic: str = field(default='leader/joint_states', metadata={
         'doc': "The leader arm's joint states (rad), tracked in run mode teleop (after the "
                'takeover service).'})
     leader_timeout_s: float = field(default=0.25, metadata={
@@ -72,7 +72,7 @@ class ExecutionParams(ExecutorParams):
         'doc': "Takeover: the follower slides from its pose to the leader's at most this "
                'fast per joint (rad/s), then tracks the leader directly.',
         'range': (0.01, 10.0)})
-    leader_node: str = field(default='/so101_leader', metadata={
+    leader_node: str = field(default='so101_leader', metadata={
         'doc': "Takeover drives this leader node to the follower's pose (its hold_pose, then "
                'release) before the human commands; empty, or no such node: the follower '
                'slides to the leader instead.'})

@@ -136,6 +136,13 @@ def test_console_drives_the_sim_and_the_session_folder_keeps_it(bringup):
         term.type('/record pause\r')
         term.expect(r'error: /record start or /record stop', after=mark)
         mark = len(term.text)
+        term.type('/t\r')  # takeover; no leader arm in this graph: teleop, the arm holds
+        term.expect(r'takeover: takeover: a human commands the arm', timeout_s=30.0, after=mark)
+        term.expect(r'mode: teleop', after=mark)
+        term.type('/b\r')  # hand-back
+        term.expect(r'handback: hand-back', after=mark)
+        term.expect(r'control: policy', after=mark)
+        mark = len(term.text)
         term.type('/reset\r')
         term.expect(r'sim/reset: scene reset', timeout_s=30.0, after=mark)
         term.expect(r'task cleared: send a new task', timeout_s=30.0, after=mark)
