@@ -262,6 +262,10 @@ class PolicyNode(Node):
             **session_values, 'actions': ','.join(self.action_names),
             'rtc': 'on' if self.session.config.rtc else 'off',
         }
+        # Each camera's newest frame, aged on the robot's clock: a slow link shows here first.
+        robot_now = self.session.robot_clock.now()
+        for camera, stamp in self.observations.stamps().items():
+            values[f'image_age_ms.{camera}'] = (robot_now - stamp) * 1000.0
         for attr in ('policy_type', 'device', 'chunk_length'):
             if hasattr(self.backend, attr):
                 values[attr] = getattr(self.backend, attr)

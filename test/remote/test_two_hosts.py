@@ -11,7 +11,7 @@ also on failure: the processes started here by PID, then the namespaces (with th
 The scenario: chunks cross and the arm moves; the link goes down mid-task and the arm holds
 within the chunk's length, the simulator's /diagnostics saying why; no chunk computed
 before the outage is played after it; the link comes back and the graph resumes without a
-node restarted.
+node restarted. Run with the policy alone on the far side, and with the planner there too.
 """
 
 from __future__ import annotations
@@ -62,21 +62,24 @@ def _node_argv(spec: graph.NodeSpec, plan: graph.LaunchPlan, *extra: str) -> lis
             *extra]
 
 
-def test_split_graph_over_a_50_mbit_link_holds_on_outage_and_resumes(two_hosts):
+@pytest.mark.parametrize('far', ['policy', 'policy,planner'])
+def test_split_graph_over_a_50_mbit_link_holds_on_outage_and_resumes(two_hosts, far):
+    """``far``: the nodes on the policy computer (the planner too, if the user likes)."""
     hosts = two_hosts
     domain = os.environ['ROS_DOMAIN_ID']
-    robot_plan = graph.launch_plan('sim', {'without': 'policy', 'viewer': 'false',
-                                           'task': TASK})
-    policy_plan = graph.launch_plan('policy', {'robot': 'sim'})
+    planner_far = 'planner' in far
+    robot_plan = graph.launch_plan('sim', {'without': far, 'viewer': 'false',
+                                           'task': '' if planner_far else TASK})
+    policy_plan = graph.launch_plan('policy', {'robot': 'sim', 'planner': str(planner_far)
+                                               .lower(), 'task': TASK if planner_far else ''})
     try:
         robot_env, policy_env = _side_env('robot', domain), _side_env('policy', domain)
-        procs = []
         for spec in robot_plan.specs:
-            procs.append(hosts.start(hosts.robot, spec.name, _node_argv(spec, robot_plan),
-                                     robot_env))
-        (policy_spec,) = policy_plan.specs
-        procs.append(hosts.start(hosts.policy, 'policy', _node_argv(
-            policy_spec, policy_plan, '-p', f'clock_offset_s:={CLOCK_OFFSET_S}'), policy_env))
+            hosts.start(hosts.robot, spec.name, _node_argv(spec, robot_plan), robot_env)
+        for spec in policy_plan.specs:
+            extra = ('-p', f'clock_offset_s:={CLOCK_OFFSET_S}') if spec.name == 'policy' else ()
+            hosts.start(hosts.policy, spec.name, _node_argv(spec, policy_plan, *extra),
+                        policy_env)
         monitor = Monitor(hosts.start(hosts.robot, 'monitor',
                                       [sys.executable, '-m', MONITOR], robot_env,
                                       stdout=subprocess.PIPE))
@@ -105,6 +108,9 @@ def test_split_graph_over_a_50_mbit_link_holds_on_outage_and_resumes(two_hosts):
         assert int(report['stale_observations']) == 0
         assert int(report['expired_chunks']) <= 1 < int(report['chunks_published'])
         assert report['rtc'] == 'off' and float(report['observation_age_last_ms']) < 200.0
+        # The JPEG frames reach the policy across the link (10 Hz in the simulator).
+        assert float(report['image_age_ms.front']) < 1000.0
+        assert float(report['image_age_ms.wrist']) < 1000.0
 
         # 2. The link goes down mid-task: the arm holds, and the simulator says why.
         before = monitor.last('status')
