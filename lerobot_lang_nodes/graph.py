@@ -255,8 +255,9 @@ LAUNCH_ARGUMENTS = (
     LaunchArgument('use_sim_time', 'nodes follow /clock (a bag played with --clock)', 'false',
                    graphs=('real',), choices=_BOOL),
     LaunchArgument('robot_yaml', 'robot YAML (port, calibration, cameras, safety, policy, '
-                   'planner; see config/robot.example.yaml); the arguments below override it',
-                   graphs=('real',)),
+                   'planner; see config/robot.example.yaml); the arguments below override it '
+                   '(policy graph with robot:=real: the same file gives the policy its '
+                   'checkpoint, cameras and calibration)', graphs=('real', 'policy')),
     LaunchArgument('robot_port', 'serial device of the SO-101 bus, e.g. '
                    '/dev/serial/by-id/...; empty = robot_yaml', graphs=('real',)),
     LaunchArgument('calibration', 'LeRobot calibration id, or the path of its JSON file (a '
@@ -265,7 +266,7 @@ LAUNCH_ARGUMENTS = (
                    graphs=('real', 'policy')),
     LaunchArgument('cameras', 'YAML file of cameras, as the robot YAML `cameras:` block '
                    '(name: {source, width, height, fps, ...}); empty = robot_yaml',
-                   graphs=('real',)),
+                   graphs=('real', 'policy')),
     LaunchArgument('max_relative_target_rad', 'safety: clamp each goal to within this of the '
                    'present joint position (rad); empty = robot_yaml / params file',
                    graphs=('real',)),
@@ -482,7 +483,7 @@ def without(specs: list[NodeSpec] | tuple[NodeSpec, ...], names: str) -> list[No
 
     A composed planner_policy goes only with both of its nodes (one process, one computer).
     """
-    gone = {n.strip() for n in str(names).split(',') if n.strip()}
+    gone = set(split_names(names))
     wrong = sorted(gone - set(SPLITTABLE))
     if wrong:
         raise ValueError(f'without: {wrong} cannot run on another computer; only '
@@ -498,6 +499,11 @@ def without(specs: list[NodeSpec] | tuple[NodeSpec, ...], names: str) -> list[No
         if not hosted & gone:
             out.append(spec)
     return out
+
+
+def split_names(names: str) -> tuple[str, ...]:
+    """'policy, planner' -> ('policy', 'planner')."""
+    return tuple(n.strip() for n in str(names).split(',') if n.strip())
 
 
 def compressed_images(value: str, split: bool) -> bool:
@@ -547,10 +553,16 @@ def _policy_plan(v: dict[str, str], out_dir: Path | None,
             'calibration_id' if is_path else 'calibration_path': ''}})
     if compressed_images(v['compressed_images'], split=True):
         overrides = _merge(overrides, compression_parameters(POLICY_GRAPH, (), True))
-    params = plain_keys(yaml.safe_load(params_file.read_text(encoding='utf-8')) or {})
-    for node, node_values in overrides.items():
-        params.setdefault(node, {}).setdefault('ros__parameters', {}).update(node_values)
     names = ('planner', 'policy') if _truthy(v['planner']) else ('policy',)
+    if robot == 'real' and (v['robot_yaml'] or v['cameras']):
+        # The robot's own YAML: checkpoint, cameras and calibration as on one computer.
+        real = {**v, 'robot_port': '', 'max_relative_target_rad': '', 'command_timeout_s': '',
+                'without': ','.join(n for n in SPLITTABLE if n not in names)}
+        params = _real_params(real, params_file, overrides)[0]
+    else:
+        params = plain_keys(yaml.safe_load(params_file.read_text(encoding='utf-8')) or {})
+        for node, node_values in overrides.items():
+            params.setdefault(node, {}).setdefault('ros__parameters', {}).update(node_values)
     specs = [s for s in GRAPHS[robot] if s.name in names]
     if v['task'] and 'planner' in names:
         params.setdefault('planner', {}).setdefault('ros__parameters', {})['task'] = v['task']
@@ -592,7 +604,8 @@ def _real_params(v: dict[str, str], params_file: Path,
     folder = Path(source).resolve().parent if source else Path.cwd()
     label = v['robot_yaml'] or 'the launch arguments (no robot_yaml:=)'
     checked = real_config.check_robot(robot, real_config.Source(label, folder))
-    merged = real_config.robot_parameters(checked, params_file, overrides, label)
+    merged = real_config.robot_parameters(checked, params_file, overrides, label,
+                                          elsewhere=split_names(v.get('without', '')))
     return merged, tuple(checked['cameras'])
 
 

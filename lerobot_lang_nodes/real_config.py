@@ -310,16 +310,20 @@ def merged_parameters(robot: dict[str, Any], defaults: dict[str, Any]) -> dict[s
 
 def robot_parameters(robot: dict[str, Any], default_params_file: Path,
                      overrides: dict[str, dict[str, Any]] | None = None,
-                     source: str = 'the robot YAML') -> dict[str, Any]:
+                     source: str = 'the robot YAML',
+                     elsewhere: tuple[str, ...] | list[str] = ()) -> dict[str, Any]:
     """The REAL graph's checked parameters from validated robot settings (load_robot_yaml,
     check_robot); ``overrides`` (node -> parameters, from the command line) win. A refusal
-    names ``source`` and the defaults file."""
+    names ``source`` and the defaults file. ``elsewhere``: nodes another computer runs
+    (policy, planner), whose models are checked there, not here."""
     defaults = yaml.safe_load(Path(default_params_file).read_text(encoding='utf-8')) or {}
     merged = merged_parameters(robot, defaults)
     for node, values in (overrides or {}).items():
         merged.setdefault(node, {}).setdefault('ros__parameters', {}).update(values)
-    check_policy(merged, f'{source} + {default_params_file}')
-    check_planner(merged, f'{source} + {default_params_file}')
+    if 'policy' not in elsewhere:
+        check_policy(merged, f'{source} + {default_params_file}')
+    if 'planner' not in elsewhere:
+        check_planner(merged, f'{source} + {default_params_file}')
     return merged
 
 

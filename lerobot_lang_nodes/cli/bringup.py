@@ -130,6 +130,9 @@ def _add_policy_arguments(parser: argparse.ArgumentParser) -> None:
                         help='ros__parameters YAML (default: the shipped config of --robot)')
     parser.add_argument('--task', default=None, help='the planner\'s first task (--planner)')
     parser.add_argument('--namespace', default='', help='namespace of the robot\'s graph')
+    parser.add_argument('--robot-yaml', type=Path, default=None,
+                        help='real: the robot\'s YAML (a copy on this computer): the policy\'s '
+                             'checkpoint, cameras and calibration as on one computer')
     parser.add_argument('--calibration', default='',
                         help='real: the driver\'s LeRobot calibration id or JSON path, copied '
                              'to this computer (converts the checkpoint\'s units)')
@@ -159,7 +162,8 @@ def policy_plan(args: argparse.Namespace) -> tuple[list[graph.NodeSpec], dict, s
     values = {'robot': args.robot, 'planner': str(bool(args.planner)).lower(),
               'namespace': args.namespace, 'task': args.task or '',
               'compressed_images': args.compressed_images, 'calibration': args.calibration,
-              'params_file': str(args.params_file or '')}
+              'params_file': str(args.params_file or ''),
+              'robot_yaml': str(args.robot_yaml or '')}
     for key in ('policy_path', 'policy_backend', 'planner_model', 'planner_backend', 'device'):
         values[key] = getattr(args, key, None) or ''
     plan = graph.launch_plan(graph.POLICY_GRAPH, values)
@@ -359,7 +363,8 @@ def run(command: str, args: argparse.Namespace) -> int:
             robot = real_config.load_robot_yaml(args.robot_yaml)
             params = real_config.robot_parameters(robot, params_file,
                                                   model_overrides(args, command),
-                                                  str(args.robot_yaml))
+                                                  str(args.robot_yaml),
+                                                  elsewhere=graph.split_names(args.without))
         except real_config.RobotConfigError as exc:
             print(f'error: {exc}', file=sys.stderr)
             return 2

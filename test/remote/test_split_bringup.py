@@ -104,3 +104,31 @@ def test_each_side_gets_its_dds_profile_and_discovery_stays_local():
     assert transports(dds.ros_environment(base)) == {'SHM'}  # one computer: unchanged
     mine = dds.ros_environment({**base, 'FASTDDS_DEFAULT_PROFILES_FILE': 'x.xml'}, side='robot')
     assert mine['FASTDDS_DEFAULT_PROFILES_FILE'] == 'x.xml'
+
+
+def _robot_yaml(tmp_path, checkpoint: bool) -> str:
+    (tmp_path / 'ckpt').mkdir()
+    if checkpoint:  # the policy computer has the checkpoint; the robot's computer need not
+        (tmp_path / 'ckpt' / 'config.json').write_text('{}')
+    path = tmp_path / 'robot.yaml'
+    path.write_text('port: /dev/ttyACM0\ncalibration: {id: my_follower}\n'
+                    'cameras:\n  front: {source: 0}\n  wrist: {source: /dev/video2}\n'
+                    'policy: {path: ckpt}\n')
+    return str(path)
+
+
+def test_real_robot_side_needs_no_checkpoint_the_policy_computer_reads_the_same_yaml(
+        tmp_path, plans):
+    from lerobot_lang_nodes.real_config import RobotConfigError
+    robot_yaml = _robot_yaml(tmp_path, checkpoint=False)
+    robot = plans('real', robot_yaml=robot_yaml, without='policy')
+    assert 'policy' not in [s.name for s in robot.specs]
+    for camera in ('front', 'wrist'):
+        assert _block(robot, f'{camera}_camera')['publish_compressed'] is True
+    with pytest.raises(RobotConfigError, match='not a LeRobot'):  # one computer: checked
+        graph.launch_plan('real', {'robot_yaml': robot_yaml})
+    (tmp_path / 'ckpt' / 'config.json').write_text('{}')
+    policy = _block(plans('policy', robot='real', robot_yaml=robot_yaml), 'policy')
+    assert policy['model_path'] == str(tmp_path / 'ckpt')
+    assert policy['cameras'] == ['front', 'wrist'] and policy['calibration_id'] == 'my_follower'
+    assert policy['image_transport'] == 'compressed' and policy['use_sim_time'] is False
