@@ -31,7 +31,12 @@ def add_arguments(_name: str, p: argparse.ArgumentParser) -> None:
                         'arm; default: the simulated arm\'s nominal calibration')
     p.add_argument('--episodes-by', choices=EPISODES_BY, default='outcome',
                    help='where episodes end: at each task success (outcome), at scene resets, '
-                        'at task changes, or one per gap-free stretch (whole)')
+                        'at task changes, one per gap-free stretch (whole), or exactly at the '
+                        'episode_event marks of an episodic recording (marks: phase and '
+                        'outcome columns)')
+    p.add_argument('--keep-resets', action='store_true',
+                   help='with --episodes-by marks: keep the reset phases as episodes of their '
+                        'own (phase column reset); default: left out')
     p.add_argument('--max-age', type=float, default=0.5, metavar='SECONDS',
                    help='oldest sample a frame may use; older data drops the frame and ends '
                         'the episode (default 0.5)')
@@ -57,7 +62,7 @@ def run(_name: str, args: argparse.Namespace) -> int:
     try:
         options = ExportOptions(
             fps=args.fps, repo_id=args.repo_id, units=args.units,
-            episodes_by=args.episodes_by, max_age_s=args.max_age,
+            episodes_by=args.episodes_by, keep_resets=args.keep_resets, max_age_s=args.max_age,
             min_episode_s=args.min_episode, namespace=args.namespace,
             cameras=tuple(c for c in args.cameras.split(',') if c),
             calibration=args.calibration, state_topic=args.state_topic,

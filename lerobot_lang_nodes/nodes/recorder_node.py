@@ -7,7 +7,8 @@ QoS profiles and the message definitions go into the bag, as `ros2 bag record` w
 The bag writing itself is `recording.bag_writer.BagWriter` (ROS-free): a bounded queue, one
 writer thread, periodic flushes, drops counted and reported on /diagnostics and in the log.
 `~/start` and `~/stop` (std_srvs/Trigger) start a new bag and close the current one.
-The leader arm's joint states (a human's commands) are recorded whatever `topics` says.
+The leader arm's joint states (a human's commands) and episode_event (episode boundaries)
+are recorded whatever `topics` says.
 """
 
 from __future__ import annotations
@@ -50,10 +51,10 @@ COMMAND_TOPICS = ('task', 'interjection')
 # than five frame periods (3 x 30 Hz beside the sim graph on 2 cores) lost single frames, a few
 # per 10 s. Memory is taken only while late: up to 0.9 MB per raw 640x480 image.
 IMAGE_HISTORY_DEPTH = 30
-# What a human commands the arm with (the leader arm's pose): the export's action for frames
-# under human control (runtime_status control_source). Recorded whatever `topics` says, as the
-# cameras' topics are, once it has a publisher.
-HUMAN_TOPICS = ('leader/joint_states',)
+# What a human commands the arm with (the leader arm's pose: the export's action for frames
+# under human control) and the episode boundaries of an episodic recording (the export cuts
+# there). Recorded whatever `topics` says, as the cameras' topics are, once published.
+HUMAN_TOPICS = ('leader/joint_states', 'episode_event')
 
 
 @dataclass(frozen=True)

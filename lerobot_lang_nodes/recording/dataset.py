@@ -44,7 +44,7 @@ from lerobot_lang_nodes.recording.scheduling import scheduling_kept
 
 logger = logging.getLogger(__name__)
 
-EPISODES_BY = ('outcome', 'reset', 'task', 'whole')
+EPISODES_BY = ('outcome', 'reset', 'task', 'whole', 'marks')
 UNITS = ('radians', 'lerobot')
 STATE_KEY = 'observation.state'
 ACTION_KEY = 'action'
@@ -65,6 +65,14 @@ CONTROL_BY_MODE = {'action': 'policy', 'teleop': 'human', 'paused': 'none'}
 INTERVENTION_KEY = 'intervention'
 CONTROL_KEY = 'control_source'
 LEADER_TOPIC = 'leader/joint_states'
+# Episode boundaries an episodic recording marks (std_msgs/String, JSON): {"event": "episode",
+# "index": i, "task": ...} starts episode i, {"event": "reset"} its reset phase, {"event":
+# "label", "index": i, "success": bool} labels it, {"event": "discard", "index": i} drops it (a
+# re-recorded episode), {"event": "stop"} ends the session. With episodes_by='marks' the export
+# cuts exactly there and writes the phase and outcome columns.
+EPISODE_TOPIC = 'episode_event'
+PHASE_KEY = 'phase'
+OUTCOME_KEY = 'outcome'
 # Frames per camera waiting for its video encoder (raw 640x480: 0.9 MB each).
 ENCODER_QUEUE = 30
 
@@ -81,6 +89,8 @@ class ExportOptions:
     repo_id: str = 'local/lerobot_lang_session'
     units: str = 'radians'
     episodes_by: str = 'outcome'
+    # episodes_by='marks': keep the reset phases (phase column 'reset') or leave them out.
+    keep_resets: bool = False
     max_age_s: float = 0.5
     min_episode_s: float = 1.0
     reply_window_s: float = 10.0
@@ -149,6 +159,8 @@ class Session:
     # The leader arm's joint states (what a human commanded): times, names, positions.
     leader_times: list[float] = field(default_factory=list)
     leader: list[dict[str, float]] = field(default_factory=list)
+    # (receive time, event dict) of each episode_event.
+    marks: list[tuple[float, dict]] = field(default_factory=list)
 
 
 def control_source(mode: str, source: str = '', dry_run: bool = False) -> str:
@@ -180,6 +192,9 @@ class Exporter:
         self.progress = progress
         self.warnings: list[str] = []
         self.control: np.ndarray = np.zeros(0, dtype=object)  # per tick, set by plan_frames
+        # episodes_by='marks': per tick phase, outcome and task; the marks' cut times.
+        self.phase = self.outcome = self.mark_task = np.zeros(0, dtype=object)
+        self.mark_times: list[float] = []
 
     # -- topics ------------------------------------------------------------------------------
 
@@ -232,7 +247,8 @@ class Exporter:
         by_topic = {c.topic: c for c in cameras.values()}
         wanted = [n(t) for t in (self.opt.state_topic, 'action_chunk', 'language_context', 'task',
                                  'interjection', 'speech', VQA_LOG_TOPIC, 'task_outcome',
-                                 'sim/ground_truth', 'runtime_status', LEADER_TOPIC)]
+                                 'sim/ground_truth', 'runtime_status', LEADER_TOPIC,
+                                 EPISODE_TOPIC)]
         wanted += list(by_topic)
         raw_chunks: list[tuple[float, float, Any]] = []
         offsets: list[float] = []
@@ -279,6 +295,14 @@ class Exporter:
                                         bool(getattr(msg, 'dry_run', False)))
                 stamp = msg.header.stamp.sec + msg.header.stamp.nanosec * 1e-9
                 s.control.append((t_log, stamp, source))
+            elif topic == n(EPISODE_TOPIC):
+                try:
+                    event = json.loads(msg.data)
+                    event['event']
+                except (ValueError, KeyError, TypeError):
+                    self.warnings.append(f'{EPISODE_TOPIC} message ignored: {msg.data[:80]!r}')
+                    continue
+                s.marks.append((t_log, event))
             elif topic == n(LEADER_TOPIC):
                 stamp = msg.header.stamp.sec + msg.header.stamp.nanosec * 1e-9
                 s.leader_times.append(stamp if stamp > 0 else t_log)
@@ -432,6 +456,8 @@ class Exporter:
             # policy's last chunk (held by the executor's queue only until the takeover).
             actions[human] = self._leader_actions(s, ticks[human])
         self.control = s_control
+        if self.opt.episodes_by == 'marks':
+            self._apply_marks(s, ticks, valid)
         valid &= ~np.isnan(actions).any(axis=1)
         cuts = self._cuts(s, ticks, valid)
         min_frames = max(1, int(round(self.opt.min_episode_s * self.opt.fps)))
@@ -441,6 +467,50 @@ class Exporter:
                               f'stream fresher than {self.opt.max_age_s} s (state, action, '
                               f'cameras {sorted(s.cameras)}) in the bags')
         return ticks, idx, states, actions, episodes
+
+    def _apply_marks(self, s: Session, ticks: np.ndarray, valid: np.ndarray) -> None:
+        """Phase, outcome and task per tick from the recorded episode events; frames outside
+        an episode (before the first, after a stop, of a discarded episode, resets unless
+        kept) are made invalid, so the export's episodes are exactly the marked ones."""
+        if not s.marks:
+            raise ExportError(f'--episodes-by marks needs {self._name(EPISODE_TOPIC)} in the '
+                              'bags (an episodic recording: lerobot-lang record-episodes)')
+        marks = sorted(s.marks, key=lambda m: m[0])
+        labels: dict[int, bool] = {}
+        discarded: set[int] = set()
+        states: list[tuple[str, int, str]] = []  # (phase, episode index, task) after each
+        phase, index, task = '', -1, ''
+        for _t, event in marks:
+            kind = event.get('event')
+            if kind == 'episode':
+                phase, index = 'episode', int(event.get('index', index + 1))
+                task = str(event.get('task') or task)
+            elif kind == 'reset':
+                phase = 'reset'
+            elif kind == 'stop':
+                phase = ''
+            elif kind == 'label':
+                labels[int(event.get('index', index))] = bool(event.get('success'))
+            elif kind == 'discard':
+                discarded.add(int(event.get('index', index)))
+            states.append((phase, index, task))
+        times = np.array([t for t, _ in marks])
+        at = np.searchsorted(times, ticks, side='right') - 1
+        n = len(ticks)
+        self.phase = np.array([states[i][0] if i >= 0 else '' for i in at], dtype=object)
+        episode = np.array([states[i][1] if i >= 0 else -1 for i in at])
+        self.mark_task = np.array([states[i][2] if i >= 0 else '' for i in at], dtype=object)
+        in_episode = self.phase == 'episode'
+        self.outcome = np.full(n, '', dtype=object)
+        for i in np.flatnonzero(in_episode):
+            label = labels.get(int(episode[i]))
+            self.outcome[i] = 'unlabelled' if label is None else (
+                'success' if label else 'failure')
+        keep = in_episode & ~np.isin(episode, sorted(discarded))
+        if self.opt.keep_resets:
+            keep |= self.phase == 'reset'
+        valid &= keep
+        self.mark_times = [t for t, e in marks if e.get('event') in ('episode', 'reset', 'stop')]
 
     def _control_at(self, s: Session, ticks: np.ndarray) -> np.ndarray:
         """Control source per tick: the last runtime_status at or before it (the first one
@@ -479,6 +549,8 @@ class Exporter:
                         if i and task != s.tasks[i - 1][1]]
         if mode == 'whole':
             return []
+        if mode == 'marks':
+            return timeline.cut_indices(ticks, self.mark_times)
         if mode == 'task':
             return timeline.cut_indices(ticks, task_changes)
         if mode == 'reset':
@@ -602,6 +674,10 @@ class Exporter:
                 # As LeRobot's DAgger rollout writes it: True while a human commands.
                 features[INTERVENTION_KEY] = {'dtype': 'bool', 'shape': (1,), 'names': None}
                 features[CONTROL_KEY] = {'dtype': 'string', 'shape': (1,), 'names': None}
+                marks = self.opt.episodes_by == 'marks'
+                if marks:  # episode / reset, and success / failure / unlabelled
+                    features[PHASE_KEY] = {'dtype': 'string', 'shape': (1,), 'names': None}
+                    features[OUTCOME_KEY] = {'dtype': 'string', 'shape': (1,), 'names': None}
                 for cam in s.cameras.values():
                     features[CAMERA_PREFIX + cam.name] = {
                         'dtype': 'video', 'shape': cam.shape,
@@ -624,11 +700,16 @@ class Exporter:
                         # Frames before the first task message (latched topics reach the
                         # recorder after it subscribes) belong to the first task.
                         task = (s.tasks[max(j, 0)][1] if s.tasks else '') or 'unspecified task'
+                        if marks and self.mark_task[i]:
+                            task = str(self.mark_task[i])
                         frame = {STATE_KEY: np.asarray(convert(states[i]), dtype=np.float32),
                                  ACTION_KEY: np.asarray(convert(actions[i]), dtype=np.float32),
                                  INTERVENTION_KEY: np.array([self.control[i] == 'human']),
                                  CONTROL_KEY: str(self.control[i]),
                                  'task': task}
+                        if marks:
+                            frame[PHASE_KEY] = str(self.phase[i])
+                            frame[OUTCOME_KEY] = str(self.outcome[i])
                         for name, stream in streams.items():
                             frame[CAMERA_PREFIX + name] = next(stream)
                         _wait_for_encoder(encoder)

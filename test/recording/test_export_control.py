@@ -135,3 +135,90 @@ def test_a_mixed_session_exports_who_commanded_each_frame(mixed_session, tmp_pat
                for row in item['language_persistent'])
     assert 'language_events' in item
     assert tuple(item['observation.images.front'].shape) == (3, 48, 64)
+
+
+# (frame, event) of an episodic recording: episode 0, its reset and success; episode 1
+# discarded (re-recorded) as episode 2, labelled a failure; then the session stops.
+MARKS = ((0, {'event': 'episode', 'index': 0, 'task': 'put the red cube in the bowl'}),
+         (20, {'event': 'reset'}), (24, {'event': 'label', 'index': 0, 'success': True}),
+         (30, {'event': 'episode', 'index': 1, 'task': 'put the blue cube in the bowl'}),
+         (42, {'event': 'discard', 'index': 1}), (42, {'event': 'reset'}),
+         (50, {'event': 'episode', 'index': 2, 'task': 'put the blue cube in the bowl'}),
+         (70, {'event': 'label', 'index': 2, 'success': False}), (70, {'event': 'reset'}),
+         (76, {'event': 'stop'}))
+
+
+@pytest.fixture
+def episodic_session(launch_node, probe, tmp_path):
+    import json
+    out = tmp_path / 'bags'
+    proc = launch_node(MODULE, params={
+        'output_dir': str(out), 'cameras': ['front'], 'flush_period_s': 0.2,
+        'topics': ['joint_states', 'action_chunk']})
+    pubs = {
+        'image': probe.publisher(Image, 'cameras/front/image_raw', qos.SENSOR),
+        'joints': probe.publisher(JointState, 'joint_states', qos.SENSOR),
+        'chunk': probe.publisher(ActionChunk, 'action_chunk', qos.COMMAND),
+        'event': probe.publisher(String, 'episode_event', qos.COMMAND),
+    }
+    wait_until(lambda: all(p.get_subscription_count() for p in pubs.values()), 30.0,
+               'the recorder subscribed (episode_event without being asked)', [proc])
+    clock = probe.node.get_clock()
+    image = Image(height=48, width=64, encoding='rgb8', step=192,
+                  data=np.full(48 * 192, 90, dtype=np.uint8).tobytes())
+    period = 1.0 / FPS
+    start = time.monotonic()
+    for k in range(80):
+        delay = start + k * period - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
+        for _frame, event in (m for m in MARKS if m[0] == k):
+            pubs['event'].publish(String(data=json.dumps(event)))
+        stamp = clock.now().to_msg()
+        image.header.stamp = stamp
+        pubs['image'].publish(image)
+        state = JointState(name=JOINTS, position=[0.0] * 6)
+        state.header.stamp = stamp
+        pubs['joints'].publish(state)
+        if k % 8 == 0:
+            chunk = ActionChunk(context_revision=1, action_names=JOINTS, horizon=8, action_dim=6,
+                                values=[POLICY_TARGET] * 48, control_period_s=period)
+            chunk.header.stamp = stamp
+            pubs['chunk'].publish(chunk)
+    assert proc.stop() == 0
+    (bag,) = sorted(p for p in out.iterdir() if p.is_dir())
+    return bag
+
+
+def _episodes(root) -> list[list[dict]]:
+    rows = pq.read_table(root / 'data/chunk-000/file-000.parquet').to_pylist()
+    out: dict[int, list] = {}
+    for r in rows:
+        out.setdefault(r['episode_index'], []).append(r)
+    return [out[i] for i in sorted(out)]
+
+
+@pytest.mark.parametrize('keep_resets', [False, True])
+def test_an_episodic_recording_splits_exactly_at_its_marks(episodic_session, tmp_path,
+                                                           keep_resets):
+    from lerobot.datasets.lerobot_dataset import LeRobotDataset
+    result = export([episodic_session], tmp_path / 'dataset',
+                    ExportOptions(fps=FPS, repo_id='test/episodes', episodes_by='marks',
+                                  keep_resets=keep_resets, min_episode_s=0.2))
+    episodes = _episodes(result.root)
+    summary = [(e[0]['phase'], e[0]['outcome'], len(e)) for e in episodes]
+    for e in episodes:  # one phase, one outcome, one task per episode
+        assert len({(r['phase'], r['outcome'], r['task_index']) for r in e}) == 1, summary
+    # Frames between marks, give or take the frame a mark lands on (and a best-effort image).
+    expected = [('episode', 'success', 20), ('reset', '', 10), ('reset', '', 8),
+                ('episode', 'failure', 20), ('reset', '', 6)]
+    if not keep_resets:
+        expected = [x for x in expected if x[0] == 'episode']
+    assert [(p, o) for p, o, _ in summary] == [(p, o) for p, o, _ in expected], summary
+    for (_p, _o, n), (_pe, _oe, ne) in zip(summary, expected):
+        assert ne - 2 <= n <= ne + 1, summary
+    ds = LeRobotDataset('test/episodes', root=result.root, video_backend='pyav')
+    first, last = ds[0], ds[len(ds) - 1]
+    assert first['task'] == 'put the red cube in the bowl' and first['outcome'] == 'success'
+    assert last['task'] == 'put the blue cube in the bowl'
+    assert ds.meta.total_episodes == len(expected)
