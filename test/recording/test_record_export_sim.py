@@ -1,27 +1,25 @@
 """A simulated session recorded over DDS and exported to a LeRobot dataset, end to end.
 
-sim_bridge, planner and policy (scripted backends) run in their own processes as the bring-up
-starts them, with the recorder. The test sends a task, an interjection, and logs a VQA exchange
-on `vqa_log` as the planner does for each /vqa call; the bag is exported and checked against
-LeRobot's schema and loaded with LeRobot's own LeRobotDataset.
+sim_bridge, planner and policy (scripted backends) and the recorder run in their own
+processes as `ros2 launch ... sim.launch.py record:=true` starts them (testing.SimGraph).
+The test sends a task, an interjection, and logs a VQA exchange on `vqa_log` as the
+planner does for each /vqa call; the bag is exported and checked against LeRobot's schema
+and loaded with LeRobot's own LeRobotDataset.
 """
 
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-import yaml
 from std_msgs.msg import String
 
 from lerobot_lang_msgs.msg import LanguageContext
-from lerobot_lang_nodes import graph
 from lerobot_lang_nodes.nodes import qos
-from lerobot_lang_nodes.testing import NodeProcess, RosProbe, require_ml, wait_until
+from lerobot_lang_nodes.testing import RosProbe, SimGraph, require_ml, wait_until
 
 require_ml('lerobot')
 
@@ -36,22 +34,14 @@ NODES = ('sim_bridge', 'planner', 'policy')
 @pytest.fixture
 def recorded(tmp_path):
     """Run the session; return the bag folder and the probe's view of it."""
-    params = yaml.safe_load(graph.default_params_file('sim').read_text())
-    params_file = tmp_path / 'sim.yaml'
-    params_file.write_text(yaml.safe_dump(params))
-    procs: list[NodeProcess] = []
-    probe = RosProbe('record_export_probe')
     out = tmp_path / 'bags'
+    # The sim graph as `ros2 launch ... sim.launch.py record:=true` starts it.
+    sim = SimGraph(tmp_path, {'recorder': {'flush_period_s': 0.5}}, viewer=False, probe=False,
+                   launch={'record': 'true', 'record_dir': str(out)})
+    procs = list(sim.procs.values())
+    recorder = sim.procs['recorder']
+    probe = RosProbe('record_export_probe')
     try:
-        for spec in graph.SIM:
-            if spec.name in NODES:
-                argv = [sys.executable, '-m', spec.module, *graph.ros_args(spec, params_file)]
-                procs.append(NodeProcess(spec.name, argv, tmp_path / f'{spec.name}.log'))
-        recorder = NodeProcess('recorder', [
-            sys.executable, '-m', 'lerobot_lang_nodes.nodes.recorder_node', '--ros-args',
-            '-p', 'use_sim_time:=true', '-p', f'output_dir:={out}', '-p', 'flush_period_s:=0.5'],
-            tmp_path / 'recorder.log')
-        procs.append(recorder)
         context = probe.subscribe(LanguageContext, 'language_context', qos.LATCHED)
         speech = probe.subscribe(String, 'speech', qos.COMMAND)
         for name in (*NODES, 'recorder'):
