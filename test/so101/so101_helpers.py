@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-import time
-
-import pytest
 
 from lerobot_lang_nodes.so101.calibration import JOINT_NAMES, MotorCalibration
+from lerobot_lang_nodes.testing import wait_until
 
 WAIT_S = 5.0
 # Generous: the test machines are shared, and a late reply under load must not read as a
@@ -17,12 +15,8 @@ MARGIN_MS = 100.0
 
 def wait_for(predicate: Callable[[], bool], timeout_s: float = WAIT_S,
              what: str = 'condition') -> None:
-    """Poll `predicate` until it holds; fail with `what` after `timeout_s`."""
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            pytest.fail(f'{what} not reached within {timeout_s} s')
-        time.sleep(0.005)
+    """testing.wait_until with this suite's default timeout and a servo-rate poll."""
+    wait_until(predicate, timeout_s, what, poll_s=0.005)
 
 
 def make_calibration(lo: int = 1000, hi: int = 3000) -> dict[str, MotorCalibration]:

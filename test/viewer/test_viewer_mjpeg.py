@@ -11,6 +11,7 @@ import pytest
 
 from lerobot_lang_nodes.viewer.client import (MjpegStreamReader, decode_jpeg, fetch,
                                               read_multipart_part)
+from lerobot_lang_nodes.testing import wait_until
 from lerobot_lang_nodes.viewer.mjpeg import BOUNDARY, MjpegServer, MjpegServerError
 
 HOST = '127.0.0.1'
@@ -22,15 +23,6 @@ def solid(colour, h=240, w=320):
 
 def close_to(frame, colour, tol=20):
     return bool(np.abs(frame.reshape(-1, 3).mean(axis=0) - colour).max() < tol)
-
-
-def wait_until(predicate, timeout, message):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.02)
-    raise AssertionError(f'timed out after {timeout} s waiting for {message}')
 
 
 @pytest.fixture
