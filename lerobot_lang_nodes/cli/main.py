@@ -36,6 +36,9 @@ SUBCOMMANDS = {
     'console': ('lerobot_lang_nodes.cli.console',
                 'interactive console: interjections, /task, /ask, /pause, ... in one terminal'),
     'record': ('lerobot_lang_nodes.cli.record', 'record the running graph (rosbag2 MCAP)'),
+    'record-episodes': ('lerobot_lang_nodes.cli.record',
+                        'episodic recording beside a recorder, as lerobot-record: a task per '
+                        'episode, episode and reset times, end early, re-record, labels'),
     'export': ('lerobot_lang_nodes.cli.export', 'export bags to a LeRobot v3.0 dataset'),
     'train-policy': ('lerobot_lang_nodes.cli.train',
                      'train a language-conditioned action policy (LeRobot checkpoint) from an '

@@ -3,6 +3,12 @@ running recorder (`lerobot-lang record start|stop`, what the console's `/record`
 
 `record` with no action runs the `recorder` node in this process until Ctrl-C, which closes
 the bag cleanly; every option becomes one of the node's parameters.
+
+`lerobot-lang record-episodes` runs an episodic recording beside a running recorder, as
+`lerobot-record` does: a task per episode (published on /task), episode and reset durations,
+and keys on stdin (a line each: Enter ends the phase early, r re-records the episode, s / f
+label it a success / failure, q stops). Each change goes out on `episode_event`, which the
+recorder writes into the bag and `lerobot-lang export --episodes-by marks` cuts at.
 """
 
 from __future__ import annotations
@@ -17,7 +23,10 @@ from lerobot_lang_nodes import dds
 ACTIONS = ('run', 'start', 'stop')
 
 
-def add_arguments(_name: str, p: argparse.ArgumentParser) -> None:
+def add_arguments(name: str, p: argparse.ArgumentParser) -> None:
+    if name == 'record-episodes':
+        _episode_arguments(p)
+        return
     p.add_argument('action', nargs='?', choices=ACTIONS, default='run',
                    help='run (default): record until Ctrl-C; start / stop: call a running '
                         "recorder's ~/start or ~/stop service")
@@ -40,6 +49,86 @@ def add_arguments(_name: str, p: argparse.ArgumentParser) -> None:
     p.add_argument('--namespace', default='', help='namespace of the graph and the recorder')
     p.add_argument('--timeout', type=float, default=10.0,
                    help='start / stop: seconds to wait for the recorder')
+
+
+def _episode_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument('--task', action='append', required=True,
+                   help='task of the episodes; repeat it for a task per episode (the last '
+                        'one repeats)')
+    p.add_argument('--num-episodes', type=int, default=1, help='episodes to keep (default 1)')
+    p.add_argument('--episode-time', type=float, default=60.0, metavar='SECONDS',
+                   help='length of an episode (default 60)')
+    p.add_argument('--reset-time', type=float, default=60.0, metavar='SECONDS',
+                   help='reset phase between episodes (default 60; none after the last)')
+    p.add_argument('--namespace', default='', help='namespace of the graph and the recorder')
+
+
+def _record_episodes(args: argparse.Namespace) -> int:
+    import json
+    import select
+
+    import rclpy
+    from rclpy.duration import Duration
+    from std_msgs.msg import String
+
+    from lerobot_lang_nodes.nodes import qos
+    from lerobot_lang_nodes.recording.episodes import (KEYS, EpisodePlan, EpisodeSchedule,
+                                                       apply_key)
+    try:
+        plan = EpisodePlan(tuple(args.task), args.num_episodes, args.episode_time,
+                           args.reset_time)
+    except ValueError as exc:
+        print(f'record-episodes: {exc}', file=sys.stderr)
+        return 2
+    rclpy.init()
+    ns = f'/{args.namespace.strip("/")}' if args.namespace else ''
+    node = rclpy.create_node('lerobot_lang_record_episodes')
+    events = node.create_publisher(String, f'{ns}/episode_event', qos.COMMAND)
+    task = node.create_publisher(String, f'{ns}/task', qos.LATCHED)
+    schedule = EpisodeSchedule(plan)
+    print('keys, then Enter (Enter alone: n): '
+          + ', '.join(f'{k}: {v}' for k, v in KEYS.items()), flush=True)
+
+    def publish(out: list[dict]) -> None:
+        for event in out:
+            if event['event'] == 'episode':
+                task.publish(String(data=event['task']))
+            events.publish(String(data=json.dumps(event)))
+            print(f"{event['event']} {json.dumps(event)}", flush=True)
+
+    try:
+        # The recorder must hear the first mark: wait until it subscribes (it does at once).
+        deadline = time.monotonic() + 30.0
+        while not events.get_subscription_count() and time.monotonic() < deadline:
+            rclpy.spin_once(node, timeout_sec=0.1)
+        if not events.get_subscription_count():
+            print(f'error: nobody subscribes to {ns}/episode_event: is a recorder running '
+                  '(`lerobot-lang record`, or `sim --record`) in this ROS_DOMAIN_ID?',
+                  file=sys.stderr)
+            return 2
+        publish(schedule.start(time.monotonic()))
+        stdin_open = True
+        while not schedule.done:
+            if stdin_open:
+                ready, _, _ = select.select([sys.stdin], [], [], 0.05)
+                if ready:
+                    line = sys.stdin.readline()
+                    if not line:
+                        stdin_open = False  # end of input: the timers go on
+                    else:
+                        publish(apply_key(schedule, line, time.monotonic()))
+            else:
+                rclpy.spin_once(node, timeout_sec=0.05)
+            publish(schedule.tick(time.monotonic()))
+        return 0
+    except KeyboardInterrupt:
+        publish(schedule.stop(time.monotonic()))
+        return 0
+    finally:
+        # Reliable events still queued go out before the node goes.
+        events.wait_for_all_acked(Duration(seconds=2.0))
+        node.destroy_node()
+        rclpy.try_shutdown()
 
 
 def _param(value: object) -> str:
@@ -99,8 +188,10 @@ def _call(action: str, args: argparse.Namespace) -> int:
         rclpy.try_shutdown()
 
 
-def run(_name: str, args: argparse.Namespace) -> int:
+def run(name: str, args: argparse.Namespace) -> int:
     os.environ.update(dds.ros_environment())
+    if name == 'record-episodes':
+        return _record_episodes(args)
     if args.action != 'run':
         return _call(args.action, args)
     from lerobot_lang_nodes.nodes import recorder_node

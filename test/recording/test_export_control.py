@@ -222,3 +222,72 @@ def test_an_episodic_recording_splits_exactly_at_its_marks(episodic_session, tmp
     assert first['task'] == 'put the red cube in the bowl' and first['outcome'] == 'success'
     assert last['task'] == 'put the blue cube in the bowl'
     assert ds.meta.total_episodes == len(expected)
+
+
+def test_record_episodes_marks_what_the_export_cuts(launch_node, probe, tmp_path):
+    """`lerobot-lang record-episodes` beside the recorder node: two timed episodes with their
+    tasks and a reset between, the first labelled from stdin, exported by the marks."""
+    import subprocess
+    import sys
+    out = tmp_path / 'bags'
+    recorder = launch_node(MODULE, params={
+        'output_dir': str(out), 'cameras': ['front'], 'flush_period_s': 0.2,
+        'topics': ['joint_states', 'action_chunk', 'task']})
+    pubs = {
+        'image': probe.publisher(Image, 'cameras/front/image_raw', qos.SENSOR),
+        'joints': probe.publisher(JointState, 'joint_states', qos.SENSOR),
+        'chunk': probe.publisher(ActionChunk, 'action_chunk', qos.COMMAND),
+    }
+    wait_until(lambda: all(p.get_subscription_count() for p in pubs.values()), 30.0,
+               'the recorder subscribed', [recorder])
+    cli = subprocess.Popen(
+        [sys.executable, '-m', 'lerobot_lang_nodes.cli.main', 'record-episodes',
+         '--task', 'put the red cube in the bowl', '--task', 'put the blue cube in the bowl',
+         '--num-episodes', '2', '--episode-time', '1.6', '--reset-time', '0.8'],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        cli.stdin.write('s\n')  # read once the first episode runs: a success
+        cli.stdin.flush()
+        clock = probe.node.get_clock()
+        image = Image(height=48, width=64, encoding='rgb8', step=192,
+                      data=np.full(48 * 192, 90, dtype=np.uint8).tobytes())
+        period = 1.0 / FPS
+        start = time.monotonic()
+        k = 0
+        # The camera and the arm run until the recording ends, as a graph would.
+        while cli.poll() is None and time.monotonic() - start < 60.0:
+            delay = start + k * period - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+            stamp = clock.now().to_msg()
+            image.header.stamp = stamp
+            pubs['image'].publish(image)
+            state = JointState(name=JOINTS, position=[0.0] * 6)
+            state.header.stamp = stamp
+            pubs['joints'].publish(state)
+            if k % 8 == 0:
+                chunk = ActionChunk(context_revision=1, action_names=JOINTS, horizon=8,
+                                    action_dim=6, values=[POLICY_TARGET] * 48,
+                                    control_period_s=period)
+                chunk.header.stamp = stamp
+                pubs['chunk'].publish(chunk)
+            k += 1
+        output = cli.communicate(timeout=30)[0]
+    finally:
+        if cli.poll() is None:
+            cli.kill()
+    assert cli.returncode == 0, output
+    assert recorder.stop() == 0
+    (bag,) = sorted(p for p in out.iterdir() if p.is_dir())
+    result = export([bag], tmp_path / 'dataset',
+                    ExportOptions(fps=FPS, repo_id='test/record_episodes', episodes_by='marks',
+                                  min_episode_s=0.2))
+    episodes = _episodes(result.root)
+    summary = [(e[0]['outcome'], len(e)) for e in episodes]
+    assert [o for o, _ in summary] == ['success', 'unlabelled'], (summary, output)
+    for _o, n in summary:
+        assert 22 <= n <= 26, (summary, output)  # 1.6 s at 15 fps, give or take a frame or two
+    from lerobot.datasets.lerobot_dataset import LeRobotDataset
+    ds = LeRobotDataset('test/record_episodes', root=result.root, video_backend='pyav')
+    assert ds[0]['task'] == 'put the red cube in the bowl'
+    assert ds[len(ds) - 1]['task'] == 'put the blue cube in the bowl'
