@@ -47,10 +47,12 @@ CAMERA_TOPICS = ('image_raw', 'camera_info')
 # kinds of subscription, each sample once (nodes/commands.py), as the planner takes them.
 COMMAND_TOPICS = ('task', 'interjection')
 # Images per camera DDS holds for the recorder while its executor is not scheduled (best effort:
-# one beyond it is lost, not queued): 1 s at 30 Hz. With 5, a recorder descheduled for more
-# than five frame periods (3 x 30 Hz beside the sim graph on 2 cores) lost single frames, a few
-# per 10 s. Memory is taken only while late: up to 0.9 MB per raw 640x480 image.
-IMAGE_HISTORY_DEPTH = 30
+# one beyond it is lost, not queued): 1 s of raw images at 30 Hz, 3 s of JPEG ones. With 5, a
+# recorder descheduled for more than five frame periods (3 x 30 Hz beside the sim graph on 2
+# cores) lost single frames, a few per 10 s. Memory is taken only while late: up to 0.9 MB per
+# raw 640x480 image (whose publisher's 16 MiB shared-memory segment holds ~17 anyway), ~50 kB
+# per JPEG.
+IMAGE_HISTORY_DEPTH = {'sensor_msgs/msg/Image': 30, 'sensor_msgs/msg/CompressedImage': 90}
 # What a human commands the arm with (the leader arm's pose: the export's action for frames
 # under human control) and the episode boundaries of an episodic recording (the export cuts
 # there). Recorded whatever `topics` says, as the cameras' topics are, once published.
@@ -122,12 +124,12 @@ def message_class(msgtype: str) -> Any:
     return getattr(importlib.import_module(f'{pkg}.{kind}'), name)
 
 
-def subscription_qos(offered: list[Any], is_image: bool) -> QoSProfile:
+def subscription_qos(offered: list[Any], is_image: bool, msgtype: str = '') -> QoSProfile:
     """A QoS that matches every offered one: reliable / transient local only if all are."""
     reliable = all(q.reliability == ReliabilityPolicy.RELIABLE for q in offered)
     latched = all(q.durability == DurabilityPolicy.TRANSIENT_LOCAL for q in offered)
     return QoSProfile(history=HistoryPolicy.KEEP_LAST,
-                      depth=IMAGE_HISTORY_DEPTH if is_image else 100,
+                      depth=IMAGE_HISTORY_DEPTH.get(msgtype, 30) if is_image else 100,
                       reliability=(ReliabilityPolicy.RELIABLE if reliable
                                    else ReliabilityPolicy.BEST_EFFORT),
                       durability=(DurabilityPolicy.TRANSIENT_LOCAL if latched
@@ -242,7 +244,8 @@ class RecorderNode(Node):
         else:
             self._subs[name] = self.create_subscription(
                 cls, name, lambda data, n=name, img=is_image: self._on_message(n, data, img),
-                subscription_qos(offered, is_image), callback_group=self._inputs, raw=True)
+                subscription_qos(offered, is_image, msgtype), callback_group=self._inputs,
+                raw=True)
         self.get_logger().info(f'recording {name} ({msgtype})')
 
     def _on_message(self, topic: str, data: bytes, is_image: bool) -> None:
