@@ -313,3 +313,32 @@ def test_loop_errors_are_logged_throttled(rig: HostRig) -> None:
     rig.host.loop_error(RuntimeError('boom'))
     lines = [t for level, t in rig.logs if 'control loop error' in t]
     assert len(lines) == 2 and '19 similar suppressed' in lines[-1]
+
+
+def test_teleop_tracks_the_leader_clamped_and_a_silent_leader_meets_the_watchdog(rig) -> None:
+    rig.up()
+    present = rig.host.robot.read_state().position_rad
+    assert rig.host.teleop(None) == ''  # no handover slide (core/teleop's own test)
+    assert rig.executor.mode == 'teleop'
+    leader = present.copy()
+    leader[0] += 2.0  # a jump far beyond max_relative_target (0.5 rad)
+    rig.executor.set_leader(JOINT_NAMES, leader, rig.clock())
+    start = rig.goal()
+    assert rig.step().wrote_goal
+    wait_for(lambda: rig.goal() != start, what='the leader pose written as the goal')
+    assert 0 < rig.goal() - start <= round(0.5 / RAD_PER_STEP) + 1  # clamped as a chunk is
+    rig.step(0.6)  # the leader silent for longer than command_timeout_s: hold, once
+    assert rig.host.watchdog_holds == 1
+    assert rig.executor.control_source == 'none'
+    assert rig.host.handback() == '' and rig.executor.mode == 'action'
+
+
+def test_takeover_and_handback_are_refused_while_faulted(rig) -> None:
+    rig.up()
+    assert rig.host.resume() == ''
+    rig.emu.set_error_bits(1, int(ErrorBit.OVERLOAD))
+    rig.step()
+    assert rig.host.health == 'fault'
+    assert 'reset_fault' in rig.host.teleop(None)
+    assert 'reset_fault' in rig.host.handback()
+    assert rig.executor.mode == 'paused'
