@@ -45,7 +45,9 @@ def test_policy_clock_seconds_off_changes_nothing(launch_node, probe) -> None:
     probe.publisher(String, 'task', qos.LATCHED).publish(String(data=TASK))
     st = status.wait_for(lambda s: s.last_accepted_sequence >= 5 and s.dispatched >= 60,
                          timeout_s=90.0, what='five chunks accepted and 60 actions played')
-    assert st.discarded_stale == 0, st.last_reject_reason
+    # One chunk may arrive late on a loaded machine (expired at the executor); none is refused
+    # for the policy's clock.
+    assert st.discarded_stale <= 1, st.last_reject_reason
 
     def published(arr):
         v = _policy_values(arr)
@@ -53,8 +55,9 @@ def test_policy_clock_seconds_off_changes_nothing(launch_node, probe) -> None:
 
     values = _policy_values(diagnostics.wait_for(published, timeout_s=30.0,
                                                  what='the policy reporting 5 chunks'))
-    # On its own clock every observation would be 5 s old: expired, stale.
-    assert int(values['expired_chunks']) == 0
+    # On its own clock every observation would be 5 s old: stale, or every other chunk
+    # expired. A first inference slower than a chunk (a loaded machine) may expire once.
+    assert int(values['expired_chunks']) <= 1
     assert int(values['stale_observations']) == 0
     assert float(values['observation_age_last_ms']) < 200.0
 

@@ -3,15 +3,17 @@
 Two network namespaces joined by a veth pair (10.231.x.0/30, 50 Mbit/s through `tc tbf` on
 both ends) stand for the robot's computer (sim_bridge, planner, and a monitor that reports
 what the robot side sees) and the policy computer (the policy, its clock seconds off). Each
-namespace holds only its end of the link and its own loopback, so discovery (SUBNET) and
-traffic stay on that link; both sides use the split profiles (the policy's UDP only: no
-shared memory around the link). Everything is torn down afterwards,
-also on failure: the processes started here by PID, then the namespaces (with the link).
+namespace holds only its end of the link and its own loopback, so discovery (SUBNET, or
+each side naming the other's address in ROS_STATIC_PEERS) and traffic stay on that link;
+both sides use the split profiles (the policy's UDP only: no shared memory around the link).
+Everything is torn down afterwards, also on failure: the processes started here by PID, then
+the namespaces (with the link).
 
 The scenario: chunks cross and the arm moves; the link goes down mid-task and the arm holds
 within the chunk's length, the simulator's /diagnostics saying why; no chunk computed
 before the outage is played after it; the link comes back and the graph resumes without a
-node restarted. Run with the policy alone on the far side, and with the planner there too.
+node restarted. Run with the policy alone on the far side (SUBNET), and with the planner
+there too (static peers).
 """
 
 from __future__ import annotations
@@ -47,12 +49,17 @@ def two_hosts(tmp_path: Path):
         hosts.close()
 
 
-def _side_env(side: str, domain: str) -> dict[str, str]:
+def _side_env(side: str, domain: str, peer: str = '') -> dict[str, str]:
+    """A side's DDS environment: the split profile, and discovery by the other side's
+    address (``peer``: ROS_STATIC_PEERS, the range staying LOCALHOST, as README "Two
+    computers" advises) or, without one, SUBNET (only inside the namespaces, whose one
+    interface is the test link)."""
     base = {k: v for k, v in os.environ.items() if k != 'FASTDDS_DEFAULT_PROFILES_FILE'}
     env = dds.ros_environment(base, domain_id=int(domain), side=side)
-    # Only inside the namespaces, whose one interface is the test link.
-    env['ROS_AUTOMATIC_DISCOVERY_RANGE'] = 'SUBNET'
+    env['ROS_AUTOMATIC_DISCOVERY_RANGE'] = 'LOCALHOST' if peer else 'SUBNET'
     env.pop('ROS_STATIC_PEERS', None)
+    if peer:
+        env['ROS_STATIC_PEERS'] = peer
     env['PYTHONUNBUFFERED'] = '1'
     return env
 
@@ -62,9 +69,12 @@ def _node_argv(spec: graph.NodeSpec, plan: graph.LaunchPlan, *extra: str) -> lis
             *extra]
 
 
-@pytest.mark.parametrize('far', ['policy', 'policy,planner'])
-def test_split_graph_over_a_50_mbit_link_holds_on_outage_and_resumes(two_hosts, far):
-    """``far``: the nodes on the policy computer (the planner too, if the user likes)."""
+@pytest.mark.parametrize('far, discovery', [('policy', 'subnet'),
+                                             ('policy,planner', 'static peers')])
+def test_split_graph_over_a_50_mbit_link_holds_on_outage_and_resumes(two_hosts, far,
+                                                                     discovery):
+    """``far``: the nodes on the policy computer (the planner too, if the user likes);
+    ``discovery``: SUBNET, or each side naming the other's address."""
     hosts = two_hosts
     domain = os.environ['ROS_DOMAIN_ID']
     planner_far = 'planner' in far
@@ -73,7 +83,9 @@ def test_split_graph_over_a_50_mbit_link_holds_on_outage_and_resumes(two_hosts, 
     policy_plan = graph.launch_plan('policy', {'robot': 'sim', 'planner': str(planner_far)
                                                .lower(), 'task': TASK if planner_far else ''})
     try:
-        robot_env, policy_env = _side_env('robot', domain), _side_env('policy', domain)
+        static = discovery == 'static peers'
+        robot_env = _side_env('robot', domain, hosts.policy.address if static else '')
+        policy_env = _side_env('policy', domain, hosts.robot.address if static else '')
         for spec in robot_plan.specs:
             hosts.start(hosts.robot, spec.name, _node_argv(spec, robot_plan), robot_env)
         for spec in policy_plan.specs:
