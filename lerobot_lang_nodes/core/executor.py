@@ -314,13 +314,13 @@ class ExecutorStatus:
     dry_run: bool = False  # actions are played without being sent (tick returns None)
     planned: int = 0  # dry run: actions played without being sent
     planned_target: tuple[float, ...] = ()  # dry run: the last action that was not sent
-    discarded_old_observation: int = 0  # of discarded_stale: older than max_observation_age_s
     control_source: str = CONTROL_NONE  # who commands the arm: CONTROL_* (RuntimeStatus)
     teleop_dispatched: int = 0  # leader poses sent to the robot in teleop
     leader_received: int = 0  # leader samples taken
     leader_refused: int = 0  # leader samples refused (missing joints, non-finite, limits)
     leader_silent_ticks: int = 0  # teleop ticks held because the leader was silent
     handover_aligned: bool = True  # the takeover's slide reached the leader's pose
+    discarded_old_observation: int = 0  # of discarded_stale: older than max_observation_age_s
 
 
 class DispatchRecord(NamedTuple):
