@@ -221,7 +221,9 @@ def seam_table(runs: dict[str, Any]) -> list[str]:
              ' inference p50 / max s | next chunk lands p50 / max s | chunks landing after '
              'the current one ended | RTC delay p50 / max (steps) |',
              '|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|']
-    for key, run in runs.items():
+    order = sorted(runs, key=lambda k: (float(k.split('/')[0]), k.split('/')[1] != 'on'))
+    for key in order:
+        run = runs[key]
         lat, rtc = key.split('/')
         if 'error' in run:
             lines.append(f'| {lat} | {rtc} | error: {run["error"][:200]} |' + ' |' * 12)

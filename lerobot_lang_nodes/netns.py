@@ -58,6 +58,10 @@ class TwoHosts:
             ip('-n', host.ns, 'addr', 'add', f'{host.address}/30', 'dev', host.dev)
             ip('-n', host.ns, 'link', 'set', 'lo', 'up')
             ip('-n', host.ns, 'link', 'set', host.dev, 'up')
+            # A computer on a network has a default route; a namespace only has its /30, and
+            # without a route for multicast DDS cannot send its discovery (SUBNET, and static
+            # peers too on some kernels: nothing is discovered). The link is the only way out.
+            ip('-n', host.ns, 'route', 'add', '224.0.0.0/4', 'dev', host.dev)
             # A good Wi-Fi link by default: 50 Mbit/s each way.
             subprocess.run(['ip', 'netns', 'exec', host.ns, 'tc', 'qdisc', 'add', 'dev',
                             host.dev, 'root', 'tbf', 'rate', self.rate, 'burst', '64kb', 'latency',

@@ -65,11 +65,14 @@ class SessionConfig:
     ack_timeout_s: float = ACK_TIMEOUT_S
     # Do not infer on an observation older than this on the robot's clock; 0 disables.
     max_observation_age_s: float = 0.2
+    # Nor on camera frames the model needs (``image_stamps`` of observe()) older than this:
+    # frames come slower than joint states (a camera's rate, a congested link); 0 disables.
+    max_image_age_s: float = 1.0
 
     def __post_init__(self) -> None:
-        if self.max_observation_age_s < 0:
-            raise ValueError(f'max_observation_age_s is {self.max_observation_age_s}; expected '
-                             '>= 0 (0 disables)')
+        for name in ('max_observation_age_s', 'max_image_age_s'):
+            if getattr(self, name) < 0:
+                raise ValueError(f'{name} is {getattr(self, name)}; expected >= 0 (0 disables)')
         if self.condition_on not in CONDITIONS:
             raise ValueError(f'condition_on is {self.condition_on!r}; expected one of '
                              f'{CONDITIONS}')
@@ -232,10 +235,6 @@ class PolicySession:
             if limit > 0 and age > limit:
                 self._refuse_stale(joints.stamp_s, age, limit)
                 return None
-            self._age_last = age
-            if self.last_outcome == 'stale':
-                self.last_outcome = ''
-            self.gate.started(now, revision, flush)
             period = float(st.control_period_s)
             observation: dict[str, Any] = {
                 'instruction': instruction,
@@ -246,6 +245,19 @@ class PolicySession:
                 'control_period_s': period or None,
                 'clock_start_s': self._clock(),
             }
+            frames = observation.get('image_stamps') or {}
+            limit = self.config.max_image_age_s
+            if frames and limit > 0:
+                camera, oldest = min(frames.items(), key=lambda kv: kv[1])
+                image_age = self._clock() - oldest
+                if image_age > limit:
+                    self._refuse_stale(oldest, image_age, limit, f'camera {camera}\'s frame',
+                                       'max_image_age_s')
+                    return None
+            self._age_last = age
+            if self.last_outcome == 'stale':
+                self.last_outcome = ''
+            self.gate.started(now, revision, flush)
             # Row 0 is due at the observation's time, or with RTC where it joins the chunk
             # being played.
             observation['chunk_stamp_s'] = observation['stamp_s']
@@ -263,7 +275,8 @@ class PolicySession:
             context_wall = self._context_wall if self.config.condition_on == 'context' else None
             return Inference(instruction, revision, flush, context_wall, observation, start)
 
-    def _refuse_stale(self, stamp: float, age: float, limit: float) -> None:
+    def _refuse_stale(self, stamp: float, age: float, limit: float,
+                      what: str = 'observation', bound: str = 'max_observation_age_s') -> None:
         """Count an observation too old to infer on, once per observation (lock held)."""
         self.last_outcome = 'stale'
         self._age_last = age
@@ -271,9 +284,9 @@ class PolicySession:
             return
         self._stale_stamp = stamp
         self.counts.stale_observations += 1
-        self.log(logging.WARNING, f'observation {age:.3f} s old on the robot\'s clock > '
-                 f'max_observation_age_s {limit:g} s: not inferring on it (a stalled or '
-                 f'congested link?); {self.counts.stale_observations} so far', key='stale')
+        self.log(logging.WARNING, f'{what} {age:.3f} s old on the robot\'s clock > {bound} '
+                 f'{limit:g} s: not inferring on it (a stalled or congested link?); '
+                 f'{self.counts.stale_observations} so far', key='stale')
 
     def failed(self, job: Inference, exc: BaseException) -> None:
         """The backend raised: counted, logged; the next refill retries."""
@@ -417,7 +430,7 @@ class PolicySession:
             return 'warn', 'last inference exceeded inference_timeout_s', values
         if outcome == 'stale':
             return 'warn', (f'observation {values["observation_age_last_ms"]:.0f} ms old > '
-                            f'max_observation_age_s: not inferring'), values
+                            'max_observation_age_s or max_image_age_s: not inferring'), values
         if outcome == 'expired':
             return 'warn', 'last chunk expired before it could be published (inference slower ' \
                 'than a chunk lasts)', values

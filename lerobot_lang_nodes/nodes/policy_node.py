@@ -146,6 +146,11 @@ class PolicyConfig:
                'policy computer whose clock disagrees with the robot\'s judges the same '
                '(core/freshness.py). Counted as stale_observations on /diagnostics. '
                '0 disables.', 'range': (0.0, 60.0)})
+    max_image_age_s: float = field(default=1.0, metadata={
+        'doc': 'Do not infer on frames of the cameras the model needs older than this (s, on '
+               'the robot\'s clock as max_observation_age_s): a slow or congested link to a '
+               'policy on another computer. Counted as stale_observations. 0 disables.',
+        'range': (0.0, 60.0)})
     clock_offset_s: float = field(default=0.0, metadata={
         'doc': 'Tests: add this to every reading of the node\'s clock, as on a computer whose '
                'clock disagrees with the robot\'s by that much. 0 in use.',
@@ -197,6 +202,7 @@ class PolicyNode(Node):
                           status_timeout_s=self.cfg.status_timeout_s,
                           inference_timeout_s=self.cfg.inference_timeout_s,
                           max_observation_age_s=self.cfg.max_observation_age_s,
+                          max_image_age_s=self.cfg.max_image_age_s,
                           rtc=bool(getattr(self.backend, 'rtc', False))),
             clock=self._now_s, emit=runner.log_emitter(self), inference_log=self._inference_log)
 
@@ -310,8 +316,12 @@ class PolicyNode(Node):
         return all(self.observations.image(c) is not None for c in needed)
 
     def _observe(self) -> dict[str, Any]:
+        # The frames the model needs are aged too (the scripted expert needs none).
+        needed = getattr(self.backend, 'required_cameras', ())
+        stamps = self.observations.stamps()
         return {'images': self.observations.images(),
-                'ground_truth': self.observations.ground_truth()}
+                'ground_truth': self.observations.ground_truth(),
+                'image_stamps': {c: stamps[c] for c in needed if c in stamps}}
 
     def _work(self) -> None:
         while self._running:

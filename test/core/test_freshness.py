@@ -149,3 +149,18 @@ def test_executor_discards_a_chunk_whose_observation_is_older_than_the_bound():
     assert 'max_observation_age_s' in st.last_reject_reason
     off = ChunkExecutor(ExecutorConfig(NAMES, ctrl_hz=1 / P))  # 0: only expiry applies
     assert off.submit(_chunk(2, 98.8), now_s=100.0).accepted
+
+
+def test_frames_the_model_needs_older_than_their_bound_are_refused_too():
+    """Joint states fresh, the camera's frames late (a congested link): no inference."""
+    hosts = Hosts(offset=9.0, max_image_age_s=0.5)
+    late = {'front': hosts.robot.t - 0.1, 'wrist': hosts.robot.t - 0.8}
+    assert hosts.session.start(observe=lambda: {'image_stamps': late}) is None
+    level, message, values = hosts.session.diagnostics()
+    assert values['stale_observations'] == 1 and level == 'warn'
+    assert any("camera wrist's frame 0.800 s old" in text for _, text in hosts.logs)
+    fresh = {'front': hosts.robot.t - 0.1, 'wrist': hosts.robot.t - 0.2}
+    job = hosts.session.start(observe=lambda: {'image_stamps': fresh})
+    assert job is not None and job.observation['image_stamps'] == fresh
+    off = Hosts(offset=0.0, max_image_age_s=0.0)  # 0 disables
+    assert off.session.start(observe=lambda: {'image_stamps': late}) is not None

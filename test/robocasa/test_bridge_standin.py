@@ -47,9 +47,12 @@ class Bridge:
         self.sequence += 1
         values = np.asarray(values, dtype=np.float64)
         revision, flush = self.revision
+        # Stamped with the newest state, as a policy stamps a chunk with its observation: the
+        # bridge discards chunks observed longer ago than max_chunk_age_s.
+        stamp_s = convert.stamp_to_s(self.state.last.header.stamp)
         msg = convert.chunk_to_msg(values, tuple(names or layout.action_names(self.order)),
                                    revision=revision, flush_revision=flush,
-                                   sequence=self.sequence, stamp_s=0.0, period_s=0.0,
+                                   sequence=self.sequence, stamp_s=stamp_s, period_s=0.0,
                                    instruction='test', backend='test', **kw)
         self.chunks.publish(msg)
         return self.sequence
