@@ -44,6 +44,7 @@ class NodeProcess:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         # A file, not a pipe: a full pipe would block the child.
         self._log = self.log_path.open('wb')
+        self.started = time.monotonic()  # the clock of the inference and dispatch logs
         self.proc = subprocess.Popen(self.argv, stdout=self._log, stderr=subprocess.STDOUT,
                                      env={**(env or os.environ), 'PYTHONUNBUFFERED': '1'},
                                      cwd=cwd, stdin=subprocess.DEVNULL)
