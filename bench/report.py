@@ -52,6 +52,7 @@ RUNS: list[tuple[str, list[str]]] = [
                            '--param', 'sim_bridge.image_width=640',
                            '--param', 'sim_bridge.image_height=480']),
     ('recorder', ['recorder.py']),
+    ('remote', ['remote.py']),
     ('faults', ['faults.py']),
     ('models', ['models.py']),
     ('vla', ['vla.py']),
@@ -61,7 +62,7 @@ RUNS: list[tuple[str, list[str]]] = [
 ORDER = ('task_time', 'task_time_latency', 'sim_graph', 'sim_graph_pool_executor',
          'sim_graph_640x480', 'jitter',
          'image_transport', 'operator_latency', 'faults', 'models', 'vla', 'rtc',
-         'recorder', 'so101_bus', 'closed_loop', 'robocasa_bridge')
+         'recorder', 'remote', 'so101_bus', 'leader_rate', 'closed_loop', 'robocasa_bridge')
 
 
 def run_all(only: list[str] | None) -> dict[str, int]:
