@@ -40,6 +40,10 @@ SUBCOMMANDS = {
                         'episodic recording beside a recorder, as lerobot-record: a task per '
                         'episode, episode and reset times, end early, re-record, labels'),
     'export': ('lerobot_lang_nodes.cli.export', 'export bags to a LeRobot v3.0 dataset'),
+    'annotate': ('lerobot_lang_nodes.cli.export',
+                 'export bags to a LeRobot v3.0 dataset whose subtasks and memory come from a '
+                 'planner backend run offline over the recording (post-hoc language for '
+                 'demonstrations)'),
     'train-policy': ('lerobot_lang_nodes.cli.train',
                      'train a language-conditioned action policy (LeRobot checkpoint) from an '
                      'exported dataset'),

@@ -13,6 +13,13 @@ Who commanded the arm: every frame gets `control_source` (policy, human, none: t
 policy, teleop -> human, paused or dry run -> none; bags without any runtime_status -> policy)
 and `intervention` (True when a human commanded, as LeRobot's DAgger rollout writes it). Under
 human control the action is the leader arm's pose (/leader/joint_states), not a policy chunk.
+A teleoperated demonstration without any action chunk exports too: its action is the leader's
+pose (and without runtime_status every frame is a human's).
+
+Post-hoc language (``ExportOptions.annotate``, `lerobot-lang annotate`): a planner backend run
+offline over the recording (recording/annotate.py) gives the subtask, plan and memory rows;
+they replace the recorded /language_context ones and enter where those would, so the rest of
+the export (interjections, speech, VQA, episodes) is unchanged.
 
 Session clock: when the recorder's clock agrees with the publishers' header stamps (sim time
 recorded with `use_sim_time`, or wall time on the real robot), stamped messages (images, joint
@@ -101,6 +108,10 @@ class ExportOptions:
     # The JointState topic whose named values become observation.state: the arm's
     # joint_states, or the RoboCasa bridge's 16-D robot_state.
     state_topic: str = 'joint_states'
+    # Post-hoc language (recording/annotate.py AnnotateOptions): a planner backend run
+    # offline over the recording gives the subtask, plan and memory rows, replacing the
+    # recorded /language_context ones; None: the recorded ones.
+    annotate: Any = None
 
     def __post_init__(self) -> None:
         if not 1 <= self.fps <= 1000:
@@ -161,6 +172,8 @@ class Session:
     leader: list[dict[str, float]] = field(default_factory=list)
     # (receive time, event dict) of each episode_event.
     marks: list[tuple[float, dict]] = field(default_factory=list)
+    # (receive time, ground truth) of each sim/ground_truth, kept only for an annotation.
+    truth: list[tuple[float, dict]] = field(default_factory=list)
 
 
 def control_source(mode: str, source: str = '', dry_run: bool = False) -> str:
@@ -195,6 +208,8 @@ class Exporter:
         # episodes_by='marks': per tick phase, outcome and task; the marks' cut times.
         self.phase = self.outcome = self.mark_task = np.zeros(0, dtype=object)
         self.mark_times: list[float] = []
+        self.annotator: Any = None  # the planner backend of an annotation, once loaded
+        self.annotation_needs: tuple[bool, tuple[str, ...]] = (False, ())
 
     # -- topics ------------------------------------------------------------------------------
 
@@ -223,16 +238,24 @@ class Exporter:
             found = {c: found[c] for c in self.opt.cameras}
         return found
 
+    def _recorded(self, topics: dict, relative: str) -> bool:
+        name = relative if relative.startswith('/') else self._name(relative)
+        return topics.get(name) is not None and bool(topics[name].count)
+
     def _check_topics(self, bags: BagSet) -> tuple[dict, dict[str, _Camera]]:
         topics = bags.topics()
         cameras = self._find_cameras(topics)
-        need = [self._name(self.opt.state_topic), self._name('action_chunk')]
-        missing = [t for t in need if topics.get(t) is None or not topics[t].count]
+        need = [self._name(self.opt.state_topic)]
+        # A teleoperated demonstration has no policy chunks: the leader arm is the action.
+        if not self._recorded(topics, LEADER_TOPIC):
+            need.append(self._name('action_chunk'))
+        missing = [t for t in need if not self._recorded(topics, t.lstrip('/'))]
         if missing or not cameras:
             what = missing + ([] if cameras else [self._name('cameras/<name>/image_raw')])
             have = ', '.join(f'{n} ({t.count})' for n, t in sorted(topics.items())) or 'none'
-            raise ExportError(f'the bags lack {what}, which the export needs (state, action and '
-                              f'at least one camera); topics recorded (messages): {have}. '
+            raise ExportError(f'the bags lack {what}, which the export needs (state, action: '
+                              'action chunks or the leader arm, and at least one camera); '
+                              f'topics recorded (messages): {have}. '
                               'Record them (the recorder\'s default topics do), or set '
                               '--namespace if the graph ran in one')
         return topics, cameras
@@ -316,6 +339,11 @@ class Exporter:
                     seed = None
                 if seed is not None and last_seed is not None and seed != last_seed:
                     s.resets.append(t_log)
+                if self.annotation_needs[0]:
+                    try:
+                        s.truth.append((t_log, json.loads(msg.data)))
+                    except ValueError:
+                        pass
                 last_seed = seed if seed is not None else last_seed
         s.header_clock = bool(offsets) and abs(float(np.median(offsets))) < SAME_CLOCK_S
         if not s.header_clock:
@@ -325,9 +353,16 @@ class Exporter:
             self._use_receive_times(s, bags)
         self._chunks(s, raw_chunks, contexts)
         self._contexts(s, contexts)
-        if not s.control:
+        if not s.control and not s.chunks:
+            self.warnings.append('no runtime_status and no action chunk in the bags: every '
+                                 'frame is marked as commanded by a human with the leader arm '
+                                 '(control_source human)')
+        elif not s.control:
             self.warnings.append('no runtime_status in the bags: every frame is marked as '
                                  'commanded by the policy (control_source policy)')
+        task = self.task_override
+        if task:
+            s.tasks = [(float('-inf'), task)]
         if not s.resets:
             s.resets = self._joint_jumps(s)
         if not s.joints:
@@ -384,9 +419,11 @@ class Exporter:
                 received=t_log, start=min(start, t_log), period=period,
                 values=np.asarray(msg.values, dtype=np.float64).reshape(horizon, dim),
                 revision=int(msg.context_revision)))
-        if not s.chunks:
+        if not s.chunks and not s.leader:
             raise ExportError('the bags hold no usable action_chunk message (none, or with '
                               'mismatched names / sizes)')
+        if not s.chunks:  # a teleoperated demonstration: the leader's pose, in joint order
+            s.action_names = s.joint_names
 
     def _contexts(self, s: Session, contexts: list) -> None:
         # With a planner's context in the bags, tasks (episode cuts and the task column) follow
@@ -516,7 +553,7 @@ class Exporter:
         """Control source per tick: the last runtime_status at or before it (the first one
         for ticks before any); policy everywhere when the bags hold none."""
         if not s.control:
-            return np.full(len(ticks), 'policy', dtype=object)
+            return np.full(len(ticks), 'policy' if s.chunks else 'human', dtype=object)
         times = np.array([stamp if (s.header_clock and stamp > 0) else t_log
                           for t_log, stamp, _ in s.control])
         order = np.argsort(times, kind='stable')
@@ -567,6 +604,95 @@ class Exporter:
             stop = nxt[0] if nxt else np.inf
             valid[(ticks >= edge) & (ticks < stop)] = False
         return timeline.cut_indices(ticks, edges + task_changes + s.resets)
+
+    # -- post-hoc language (recording/annotate.py) ---------------------------------------------
+
+    @property
+    def task_override(self) -> str:
+        return (self.opt.annotate.task.strip() if self.opt.annotate is not None else '')
+
+    def load_annotator(self) -> None:
+        """Build the annotation's planner backend (before any bag is read: a missing model
+        fails at once)."""
+        if self.opt.annotate is None or self.annotator is not None:
+            return
+        from lerobot_lang_nodes.recording import annotate
+        try:
+            self.annotator = annotate.load_generator(self.opt.annotate)
+        except annotate.AnnotationError as exc:
+            raise ExportError(str(exc)) from exc
+        self.annotation_needs = annotate.needs_of(self.annotator)
+
+    def _annotation_tasks(self, s: Session) -> list[tuple[float, str]]:
+        if self.task_override:
+            return [(float('-inf'), self.task_override)]
+        tasks = list(s.tasks) + [(t, str(e.get('task'))) for t, e in s.marks
+                                 if e.get('event') == 'episode' and e.get('task')]
+        return sorted(tasks, key=lambda x: x[0])
+
+    def annotate_language(self, s: Session, ticks: np.ndarray) -> None:
+        """Replace the session's subtask, plan and memory states by the annotation's."""
+        from lerobot_lang_nodes.recording import annotate
+        opt = self.opt.annotate
+        wants_truth, cameras = self.annotation_needs
+        if wants_truth and not s.truth:
+            raise ExportError(
+                f'the {opt.backend} planner decides from the simulator\'s ground truth '
+                f'({self._name("sim/ground_truth")}), which the bags lack: record it (the '
+                'recorder\'s default topics do, in simulation), or annotate from the camera '
+                'images with a model backend (--planner-backend transformers or hierarchical)')
+        missing = [c for c in cameras if c not in s.cameras]
+        if missing:
+            raise ExportError(
+                f'the {opt.backend} planner looks at camera(s) {missing}, which are not among '
+                f'the exported cameras {sorted(s.cameras)}: record them, add them to '
+                '--cameras, or name the cameras the planner looks at (--planner-cameras)')
+        tasks = self._annotation_tasks(s)
+        if not any(task.strip() for _t, task in tasks):
+            raise ExportError('nothing to annotate: the bags hold no task (no /task, language '
+                              'context or episode task); give the task with --task')
+        looks = timeline.frame_ticks(float(ticks[0]), float(ticks[-1]), annotate.rate_of(opt))
+        streams = {}
+        for name in cameras:
+            cam = s.cameras[name]
+            idx = timeline.sample_indices(np.asarray(cam.times), looks, self.opt.max_age_s)
+            streams[name] = (idx, self._frames(cam, idx[idx >= 0]))
+        truth_t = [t for t, _ in s.truth]
+        order = np.argsort(s.joint_times, kind='stable')
+        joint_t = np.asarray(s.joint_times)[order]
+
+        def observe(k: int, t: float, language: Any) -> dict[str, Any]:
+            images = {name: next(stream) for name, (idx, stream) in streams.items()
+                      if idx[k] >= 0}
+            i = int(np.searchsorted(truth_t, t, side='right')) - 1
+            j = int(np.searchsorted(joint_t, t, side='right')) - 1
+            obs: dict[str, Any] = {'images': images, 'language': language, 'time_s': t,
+                                   'ground_truth': s.truth[i][1] if i >= 0 else None}
+            if j >= 0:
+                obs['joint_names'] = list(s.joint_names)
+                obs['joint_positions'] = np.asarray(s.joints[order[j]])
+            return obs
+
+        planner = annotate.build_planner(self.annotator, opt)
+        try:
+            result = annotate.annotate(planner, looks, tasks, list(s.resets) + [
+                t for t, e in s.marks if e.get('event') == 'episode'], observe)
+        finally:
+            for _idx, stream in streams.values():
+                stream.close()
+        failed = sum(result.failures.values())
+        if result.looks and planner.failures.get('subtask', 0) >= result.looks:
+            raise ExportError(f'every one of the {result.looks} subtask generations of the '
+                              f'{opt.backend} planner failed (its log says why)')
+        if failed:
+            self.warnings.append(f'annotation: {failed} failed generation(s) '
+                                 f'{result.failures} of {result.looks} looks; the previous '
+                                 'text stayed')
+        if s.language.states:
+            self.warnings.append(f'annotation: the recorded language context '
+                                 f'({len(s.language.states)} subtask, plan and memory changes) '
+                                 f'is replaced by the {opt.backend} planner\'s')
+        s.language.states = result.states
 
     # -- pass 2 and writing ------------------------------------------------------------------
 
@@ -648,6 +774,9 @@ class Exporter:
             return result
         finally:
             shutil.rmtree(work, ignore_errors=True)
+            close = getattr(self.annotator, 'close', None)
+            if callable(close):
+                close()
 
     def _export(self, root: Path, staging: Path) -> ExportResult:
         with scheduling_kept():  # AV1 encoding as root leaves the thread real-time otherwise
@@ -655,11 +784,14 @@ class Exporter:
 
     def _export_kept(self, root: Path, staging: Path) -> ExportResult:
         from lerobot.datasets.lerobot_dataset import LeRobotDataset
+        self.load_annotator()
         try:
             with BagSet(self.bag_paths) as bags:
                 self.warnings += bags.warnings
                 s = self.read_session(bags)
                 ticks, idx, states, actions, episodes = self.plan_frames(s)
+                if self.annotator is not None:
+                    self.annotate_language(s, ticks)
                 convert = self._converter(s)
                 self._probe_shapes(s, idx)
                 names = [f'{j}.pos' for j in s.joint_names] if self.opt.units == 'lerobot' \
@@ -700,7 +832,7 @@ class Exporter:
                         # Frames before the first task message (latched topics reach the
                         # recorder after it subscribes) belong to the first task.
                         task = (s.tasks[max(j, 0)][1] if s.tasks else '') or 'unspecified task'
-                        if marks and self.mark_task[i]:
+                        if marks and self.mark_task[i] and not self.task_override:
                             task = str(self.mark_task[i])
                         frame = {STATE_KEY: np.asarray(convert(states[i]), dtype=np.float32),
                                  ACTION_KEY: np.asarray(convert(actions[i]), dtype=np.float32),

@@ -1,0 +1,296 @@
+"""Post-hoc language (`lerobot-lang annotate`): a teleoperated demonstration recorded by the
+real `recorder` node (its own process, over DDS) without any planner, then annotated offline
+by a planner backend; the dataset, loaded by LeRobot 0.6.1, carries the subtasks and memory
+of the demonstration. The offline pass itself (recording/annotate.py) is tested without DDS."""
+
+from __future__ import annotations
+
+import copy
+import json
+import sys
+import time
+import types
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from lerobot_lang_nodes.backends.planners.scripted import ScriptedPlanner
+from lerobot_lang_nodes.recording import annotate
+
+sys.path.insert(0, str(Path(__file__).parent))
+from synthetic import standard_session  # noqa: E402
+
+MODULE = 'lerobot_lang_nodes.nodes.recorder_node'
+FPS = 15
+JOINTS = ['shoulder_pan', 'shoulder_lift', 'elbow_flex', 'wrist_flex', 'wrist_roll', 'gripper']
+TASK = 'put the red cube in the bowl'
+PHASE_FRAMES = 20  # frames of each phase of the demonstration
+# What the scripted planner answers in each phase of the demonstration below.
+SUBTASKS = ['reach the red cube', 'grasp the red cube', 'lift the red cube',
+            'move the red cube over the bowl']
+
+
+@pytest.fixture(scope='module')
+def base_truth():
+    """Ground truth of the real MuJoCo scene (seed 0); the phases edit copies of it."""
+    import os
+    os.environ.setdefault('MUJOCO_GL', 'egl')
+    from lerobot_lang_nodes.sim.scene import So101Scene
+    scene = So101Scene(seed=0)
+    try:
+        return scene.ground_truth()
+    finally:
+        scene.close()
+
+
+def phase_truth(base: dict, phase: int) -> dict:
+    """The world in each phase of a human's demonstration: the gripper far from the cube,
+    open around it, closed on it on the table, holding it lifted."""
+    t = copy.deepcopy(base)
+    cube = t['objects']['red_cube']
+    grip = t['gripper']
+    grip['opening_speed'] = 0.0
+    if phase >= 1:
+        grip['grasp_point'] = list(cube['position'])
+        grip['opening_rad'] = 1.0
+    if phase >= 2:
+        cube['in_gripper'], cube['on_table'] = True, False
+        grip['opening_rad'] = 0.3
+    if phase >= 3:
+        cube['position'][2] = t['table_height'] + 0.08
+        grip['grasp_point'] = list(cube['position'])
+    return t
+
+
+# --- the offline pass, on its own ----------------------------------------------------------
+def _planner(**cfg):
+    gen = ScriptedPlanner()
+    return annotate.build_planner(gen, annotate.AnnotateOptions(
+        planner=types.SimpleNamespace(**cfg)))
+
+
+def test_the_pass_follows_the_world_at_the_planner_rate(base_truth):
+    ticks = np.arange(0.0, 4.0, 0.25)  # 4 Hz over 4 s: a phase per second
+    seen = []
+
+    def observe(k, t, language):
+        seen.append((k, t, language.task))
+        return {'ground_truth': phase_truth(base_truth, int(t)), 'language': language}
+
+    out = annotate.annotate(_planner(), ticks, [(0.5, TASK)], [], observe)
+    assert out.looks == len(ticks) and not out.failures
+    assert [(t, c) for t, s, c in out.states if s == 'subtask'] == [
+        (0.0, SUBTASKS[0]), (1.0, SUBTASKS[1]), (2.0, SUBTASKS[2]), (3.0, SUBTASKS[3])]
+    # Memory is written when the subtask changes, at the same look.
+    assert [(t, c) for t, s, c in out.states if s == 'memory'] == [
+        (1.0, 'reached the red cube'), (2.0, 'reached the red cube; the red cube is grasped'),
+        (3.0, 'reached the red cube; the red cube is grasped; the red cube is lifted')]
+    # The first task holds before its message (the recorder subscribed after it was latched).
+    assert seen[0] == (0, 0.0, TASK)
+
+
+def test_a_reset_starts_the_task_over_and_no_task_means_no_look(base_truth):
+    ticks = np.arange(0.0, 4.0, 0.5)
+
+    def observe(_k, t, language):
+        # Reached, then held; at 2 s a new scene: the cube back on the table.
+        phase = 0 if t < 1.0 else 2 if t < 2.0 else 0
+        return {'ground_truth': phase_truth(base_truth, phase), 'language': language}
+
+    out = annotate.annotate(_planner(), ticks, [(0.0, TASK)], [2.0], observe)
+    assert [(t, s, c) for t, s, c in out.states if t >= 1.0] == [
+        (1.0, 'subtask', SUBTASKS[2]), (1.0, 'memory', 'reached the red cube'),
+        (2.0, 'subtask', SUBTASKS[0]), (2.0, 'memory', '')]
+    kept = annotate.annotate(_planner(), ticks, [(0.0, TASK)], [], observe)
+    assert (2.0, 'memory', '') not in kept.states  # without the reset the memory stays
+    none = annotate.annotate(_planner(), ticks, [(0.0, '')], [], observe)
+    assert none.looks == 0 and none.states == []
+
+
+def test_unknown_backends_and_missing_models_are_refused_clearly(tmp_path):
+    with pytest.raises(annotate.AnnotationError, match=r"unknown planner backend 'gpt'; known: "
+                                                       r"\['hierarchical', 'scripted'"):
+        annotate.load_generator(annotate.AnnotateOptions(backend='gpt'))
+    for backend in annotate.MODEL_BACKENDS:
+        with pytest.raises(annotate.AnnotationError, match=f'the {backend} planner backend '
+                                                           'needs a model.*--planner-model'):
+            annotate.load_generator(annotate.AnnotateOptions(backend=backend))
+    with pytest.raises(annotate.AnnotationError, match=r"failed to load from '.*nowhere'.*"
+                                                       'does not exist'):
+        annotate.load_generator(annotate.AnnotateOptions(
+            backend='transformers',
+            planner=types.SimpleNamespace(model_path=str(tmp_path / 'nowhere'))))
+    assert annotate.needs_of(ScriptedPlanner()) == (True, ())
+
+
+# --- a recorded teleoperated demonstration, annotated -----------------------------------------
+@pytest.fixture
+def demonstration(launch_node, probe, tmp_path, base_truth):
+    """A human demonstrates the task with the leader arm; no planner and no policy run: the
+    recorder gets cameras, joint states, the leader, runtime_status (control_source human),
+    the task and the simulator's ground truth, which moves through four phases."""
+    from sensor_msgs.msg import Image, JointState
+    from std_msgs.msg import String
+
+    from lerobot_lang_msgs.msg import RuntimeStatus
+    from lerobot_lang_nodes.nodes import qos
+    from lerobot_lang_nodes.testing import wait_until
+
+    out = tmp_path / 'bags'
+    proc = launch_node(MODULE, params={
+        'output_dir': str(out), 'cameras': ['front'], 'flush_period_s': 0.2,
+        'topics': ['joint_states', 'runtime_status', 'task', 'sim/ground_truth']})
+    pubs = {
+        'image': probe.publisher(Image, 'cameras/front/image_raw', qos.SENSOR),
+        'joints': probe.publisher(JointState, 'joint_states', qos.SENSOR),
+        'leader': probe.publisher(JointState, 'leader/joint_states', qos.SENSOR),
+        'status': probe.publisher(RuntimeStatus, 'runtime_status', qos.STATUS),
+        'truth': probe.publisher(String, 'sim/ground_truth', qos.SENSOR),
+        'task': probe.publisher(String, 'task', qos.LATCHED),
+    }
+    pubs['task'].publish(String(data=TASK))
+    wait_until(lambda: all(p.get_subscription_count() for p in pubs.values()), 30.0,
+               'the recorder subscribed', [proc])
+    clock = probe.node.get_clock()
+    truths = [json.dumps(phase_truth(base_truth, p)) for p in range(len(SUBTASKS))]
+    period = 1.0 / FPS
+    start = time.monotonic()
+    for k in range(PHASE_FRAMES * len(SUBTASKS)):
+        delay = start + k * period - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
+        phase = k // PHASE_FRAMES
+        stamp = clock.now().to_msg()
+        status = RuntimeStatus(mode='teleop', control_source='human', control_period_s=period)
+        status.header.stamp = stamp
+        pubs['status'].publish(status)
+        pubs['truth'].publish(String(data=truths[phase]))
+        # Each phase looks different to a camera.
+        image = Image(height=48, width=64, encoding='rgb8', step=192,
+                      data=np.full(48 * 192, 40 + 50 * phase, dtype=np.uint8).tobytes())
+        image.header.stamp = stamp
+        pubs['image'].publish(image)
+        pose = [0.02 * k] * 6
+        for name in ('joints', 'leader'):
+            state = JointState(name=JOINTS, position=pose)
+            state.header.stamp = stamp
+            pubs[name].publish(state)
+    assert proc.stop() == 0
+    (bag,) = sorted(p for p in out.iterdir() if p.is_dir())
+    return bag
+
+
+def _language(root, repo_id):
+    """Per frame: its timestamp and the subtask and memory active at it."""
+    from lerobot.datasets.lerobot_dataset import LeRobotDataset
+    ds = LeRobotDataset(repo_id, root=root, video_backend='pyav')
+    rows = ds[0]['language_persistent']  # LeRobot repeats an episode's rows on every frame
+    frames = []
+    for i in range(len(ds)):
+        ts = float(ds.hf_dataset[i]['timestamp'])
+        active = {style: [r['content'] for r in sorted(rows, key=lambda r: r['timestamp'])
+                          if r['style'] == style and r['timestamp'] <= ts + 1e-6]
+                  for style in ('subtask', 'memory')}
+        frames.append({style: (v[-1] if v else None) for style, v in active.items()})
+    return ds, rows, frames
+
+
+def _runs(values):
+    return [(i, v) for i, v in enumerate(values) if i == 0 or v != values[i - 1]]
+
+
+def test_a_teleoperated_demonstration_gets_the_scripted_planners_subtasks(demonstration,
+                                                                         tmp_path):
+    from lerobot_lang_nodes.testing import require_ml
+    require_ml('lerobot')
+    from lerobot_lang_nodes.cli.main import main
+    from lerobot_lang_nodes.recording.dataset import ExportOptions, export
+
+    common = ['--fps', str(FPS), '--episodes-by', 'whole', '--min-episode', '0.5',
+              '--no-progress']
+    # The recording alone: frames and the leader's actions, but no language.
+    plain = export([demonstration], tmp_path / 'plain',
+                   ExportOptions(fps=FPS, repo_id='test/plain', episodes_by='whole',
+                                 min_episode_s=0.5))
+    _ds, rows, _frames = _language(plain.root, 'test/plain')
+    assert rows == []
+
+    assert main(['annotate', str(demonstration), str(tmp_path / 'annotated'),
+                 '--repo-id', 'test/annotated', '--planner-backend', 'scripted',
+                 '--rate', '5', *common]) == 0
+    ds, rows, frames = _language(tmp_path / 'annotated', 'test/annotated')
+    first = ds[0]
+    assert first['task'] == TASK and first['control_source'] == 'human'
+    assert bool(first['intervention'])
+    assert np.allclose(first['action'].numpy(), first['observation.state'].numpy())  # leader
+    assert 'language_events' in first
+    subtasks = _runs([f['subtask'] for f in frames])
+    assert [v for _i, v in subtasks] == SUBTASKS, subtasks
+    # Each subtask starts with its phase: at the planner's first look (5 Hz: every 3 frames at
+    # 15 fps) after the world changed, give or take a frame the recording may miss. The
+    # ground truth is unstamped, placed at its arrival at the recorder: on a loaded machine
+    # up to a few hundred milliseconds after the frame it goes with.
+    for (i, _v), phase in zip(subtasks[1:], range(1, len(SUBTASKS))):
+        assert phase * PHASE_FRAMES - 2 <= i <= phase * PHASE_FRAMES + 9, subtasks
+    memory = _runs([f['memory'] for f in frames])
+    assert [v for _i, v in memory] == [
+        None, 'reached the red cube', 'reached the red cube; the red cube is grasped',
+        'reached the red cube; the red cube is grasped; the red cube is lifted'], memory
+    assert [i for i, _v in memory[1:]] == [i for i, _v in subtasks[1:]]
+
+
+def test_the_annotation_refuses_a_recording_without_what_the_backend_needs(tmp_path, capsys):
+    """A synthetic bag (no DDS) without the simulator's ground truth: the scripted planner
+    cannot decide; an unknown backend and a missing model are refused before any bag."""
+    from lerobot_lang_nodes.testing import require_ml
+    require_ml('lerobot')
+    from lerobot_lang_nodes.cli.main import main
+
+    bag = standard_session().write(tmp_path / 'bags')
+    assert main(['annotate', str(bag), str(tmp_path / 'out'), '--no-progress']) == 1
+    err = capsys.readouterr().err
+    assert "the scripted planner decides from the simulator's ground truth " \
+           "(/sim/ground_truth), which the bags lack" in err, err
+    assert not (tmp_path / 'out').exists()
+    assert main(['annotate', str(bag), str(tmp_path / 'out'), '--planner-backend',
+                 'transformers']) == 1
+    assert 'needs a model: give its checkpoint (--planner-model PATH' in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(['annotate', str(bag), str(tmp_path / 'out'), '--planner-backend', 'gpt'])
+    assert "invalid choice: 'gpt'" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_a_vision_language_planner_annotates_from_the_recorded_images(demonstration, tmp_path,
+                                                                      monkeypatch, capsys):
+    from lerobot_lang_nodes.testing import require_ml
+    require_ml('lerobot', 'transformers')
+    from lerobot_lang_nodes.cli.main import main
+    from lerobot_lang_nodes.tiny_models import vlm
+
+    monkeypatch.setenv('HF_HUB_OFFLINE', '1')
+    model = vlm.build_tiny_vlm(tmp_path / 'vlm', SUBTASKS + [TASK])  # random weights
+    args = ['--fps', str(FPS), '--episodes-by', 'whole',
+            '--min-episode', '0.5', '--no-progress', '--planner-backend', 'transformers',
+            '--planner-model', str(model), '--planner-device', 'cpu', '--rate', '2',
+            '--planner-param', 'image_size=32', '--planner-param', 'max_new_tokens=6',
+            '--planner-param', 'min_new_tokens=2']
+    # The model looks at a camera the recording does not hold: refused, nothing written.
+    assert main(['annotate', str(demonstration), str(tmp_path / 'none'), *args,
+                 '--planner-cameras', 'wrist']) == 1
+    assert "looks at camera(s) ['wrist'], which are not among the exported cameras " \
+           "['front']" in capsys.readouterr().err
+    assert not (tmp_path / 'none').exists()
+
+    assert main(['annotate', str(demonstration), str(tmp_path / 'annotated'), *args,
+                 '--repo-id', 'test/vlm']) == 0
+    ds, rows, frames = _language(tmp_path / 'annotated', 'test/vlm')
+    subtasks = [r for r in rows if r['style'] == 'subtask']
+    assert subtasks and all(r['content'].strip() for r in subtasks), rows
+    assert all(r['role'] == 'assistant' and r['camera'] is None for r in rows)
+    # Every row sits on a frame, the first at the episode's start.
+    stamps = {round(float(ds.hf_dataset[i]['timestamp']), 5) for i in range(len(ds))}
+    assert {round(r['timestamp'], 5) for r in rows} <= stamps
+    assert subtasks[0]['timestamp'] == 0.0 and frames[0]['subtask'] == subtasks[0]['content']
+
