@@ -33,6 +33,9 @@ SUBCOMMANDS = {
                  'hand the arm back to the policy (/handback: nothing computed before plays)'),
     'burst': ('lerobot_lang_nodes.cli.operator',
               'act for SECONDS, then pause (the executor\'s timed burst, /burst)'),
+    'pedal': ('lerobot_lang_nodes.cli.pedal',
+              'a USB foot switch (or any key of an input device) takes over and hands back '
+              '(/takeover, /handback)'),
     'console': ('lerobot_lang_nodes.cli.console',
                 'interactive console: interjections, /task, /ask, /pause, ... in one terminal'),
     'record': ('lerobot_lang_nodes.cli.record', 'record the running graph (rosbag2 MCAP)'),
