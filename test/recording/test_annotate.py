@@ -294,3 +294,24 @@ def test_a_vision_language_planner_annotates_from_the_recorded_images(demonstrat
     assert {round(r['timestamp'], 5) for r in rows} <= stamps
     assert subtasks[0]['timestamp'] == 0.0 and frames[0]['subtask'] == subtasks[0]['content']
 
+
+
+@pytest.mark.slow
+def test_a_hierarchical_checkpoint_annotates_with_its_text_head(demonstration, tmp_path):
+    """The two-head checkpoint's text head, trained on the task: its subtask and the memory
+    note it writes when the subtask changes, from the first frame on."""
+    from lerobot_lang_nodes.testing import require_ml
+    require_ml('lerobot')
+    from lerobot_lang_nodes.cli.main import main
+    from lerobot_lang_nodes.tiny_models import two_head
+
+    model = two_head.build_two_head(tmp_path / 'two_head')
+    assert main(['annotate', str(demonstration), str(tmp_path / 'annotated'),
+                 '--repo-id', 'test/two_head', '--fps', str(FPS), '--episodes-by', 'whole',
+                 '--min-episode', '0.5', '--no-progress', '--planner-backend', 'hierarchical',
+                 '--planner-model', str(model), '--planner-device', 'cpu', '--rate', '2',
+                 '--task', two_head.TASK]) == 0
+    _ds, rows, frames = _language(tmp_path / 'annotated', 'test/two_head')
+    assert sorted((r['style'], r['content'], r['timestamp']) for r in rows) == [
+        ('memory', two_head.MEMORY, 0.0), ('subtask', two_head.SUBTASK, 0.0)]
+    assert {f['subtask'] for f in frames} == {two_head.SUBTASK}
