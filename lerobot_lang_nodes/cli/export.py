@@ -159,22 +159,27 @@ def run(name: str, args: argparse.Namespace) -> int:
         return 2
     # LeRobot writes the dataset: without it, say so before reading any bag.
     dependencies.require_model_stack(f'lerobot-lang {name}', 'lerobot')
-    bar = None
+    bars: dict = {}
 
-    def progress(n: int, total: int) -> None:
-        nonlocal bar
-        if bar is None:
-            from tqdm import tqdm
-            bar = tqdm(total=total, unit='frame', desc=name, disable=args.no_progress)
-        bar.update(n)
+    def counter(unit: str, desc: str):
+        def progress(n: int, total: int) -> None:
+            if unit not in bars:
+                from tqdm import tqdm
+                for bar in bars.values():  # the planner's pass ends before frames are written
+                    bar.close()
+                bars[unit] = tqdm(total=total, unit=unit, desc=desc, disable=args.no_progress)
+            bars[unit].update(n)
+        return progress
 
     try:
-        result = export(bags, out_dir, options, progress=progress)
+        result = export(bags, out_dir, options, progress=counter('frame', name),
+                        annotation_progress=counter('look', f'{args.planner_backend} planner'
+                                                    if name == 'annotate' else name))
     except (ExportError, OSError) as exc:
         print(f'{name} failed, nothing written: {exc}', file=sys.stderr)
         return 1
     finally:
-        if bar is not None:
+        for bar in bars.values():
             bar.close()
     for warning in result.warnings:
         print(f'warning: {warning}', file=sys.stderr)

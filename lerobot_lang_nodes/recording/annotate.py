@@ -138,11 +138,13 @@ def rate_of(opt: AnnotateOptions) -> float:
 
 
 def annotate(planner: Any, ticks: np.ndarray, tasks: Sequence[tuple[float, str]],
-             restarts: Sequence[float], observe: Observe) -> Annotation:
+             restarts: Sequence[float], observe: Observe,
+             progress: Callable[[int, int], Any] | None = None) -> Annotation:
     """Run ``planner`` (a HighLevelPlanner) once at each tick; the language states it holds.
 
     ``tasks``: (time, task) sorted, the first one also holds before its time; ``restarts``:
-    times at which the task starts over (a new scene, a new episode).
+    times at which the task starts over (a new scene, a new episode). ``progress(1, n)``
+    after each of the n ticks (a model's look can take seconds).
     """
     out = Annotation()
     task_t = [t for t, _ in tasks]
@@ -168,5 +170,7 @@ def annotate(planner: Any, ticks: np.ndarray, tasks: Sequence[tuple[float, str]]
             if value != prev[style]:
                 out.states.append((float(t), style, value))
                 prev[style] = value
+        if progress is not None:
+            progress(1, len(ticks))
     out.failures = {k: v for k, v in planner.failures.items() if v}
     return out

@@ -198,11 +198,13 @@ class Exporter:
 
     def __init__(self, bags: Sequence[str | Path], out_dir: str | Path,
                  options: ExportOptions = ExportOptions(),
-                 progress: Callable[[int, int], Any] | None = None) -> None:
+                 progress: Callable[[int, int], Any] | None = None,
+                 annotation_progress: Callable[[int, int], Any] | None = None) -> None:
         self.bag_paths = [Path(b) for b in bags]
         self.out_dir = Path(out_dir)
         self.opt = options
         self.progress = progress
+        self.annotation_progress = annotation_progress
         self.warnings: list[str] = []
         self.control: np.ndarray = np.zeros(0, dtype=object)  # per tick, set by plan_frames
         # episodes_by='marks': per tick phase, outcome and task; the marks' cut times.
@@ -676,7 +678,8 @@ class Exporter:
         planner = annotate.build_planner(self.annotator, opt)
         try:
             result = annotate.annotate(planner, looks, tasks, list(s.resets) + [
-                t for t, e in s.marks if e.get('event') == 'episode'], observe)
+                t for t, e in s.marks if e.get('event') == 'episode'], observe,
+                self.annotation_progress)
         finally:
             for _idx, stream in streams.values():
                 stream.close()
@@ -920,6 +923,8 @@ def _wait_for_encoder(encoder: Any) -> None:
 
 def export(bags: Sequence[str | Path], out_dir: str | Path,
            options: ExportOptions = ExportOptions(),
-           progress: Callable[[int, int], Any] | None = None) -> ExportResult:
-    """Export ``bags`` to a new LeRobot dataset at ``out_dir`` (see module doc)."""
-    return Exporter(bags, out_dir, options, progress).run()
+           progress: Callable[[int, int], Any] | None = None,
+           annotation_progress: Callable[[int, int], Any] | None = None) -> ExportResult:
+    """Export ``bags`` to a new LeRobot dataset at ``out_dir`` (see module doc);
+    ``progress`` counts frames written, ``annotation_progress`` the annotation's looks."""
+    return Exporter(bags, out_dir, options, progress, annotation_progress).run()

@@ -78,8 +78,11 @@ def test_the_pass_follows_the_world_at_the_planner_rate(base_truth):
         seen.append((k, t, language.task))
         return {'ground_truth': phase_truth(base_truth, int(t)), 'language': language}
 
-    out = annotate.annotate(_planner(), ticks, [(0.5, TASK)], [], observe)
+    counted = []
+    out = annotate.annotate(_planner(), ticks, [(0.5, TASK)], [], observe,
+                            progress=lambda n, total: counted.append((n, total)))
     assert out.looks == len(ticks) and not out.failures
+    assert counted == [(1, len(ticks))] * len(ticks)
     assert [(t, c) for t, s, c in out.states if s == 'subtask'] == [
         (0.0, SUBTASKS[0]), (1.0, SUBTASKS[1]), (2.0, SUBTASKS[2]), (3.0, SUBTASKS[3])]
     # Memory is written when the subtask changes, at the same look.
