@@ -172,8 +172,9 @@ class Session:
     leader: list[dict[str, float]] = field(default_factory=list)
     # (receive time, event dict) of each episode_event.
     marks: list[tuple[float, dict]] = field(default_factory=list)
-    # (receive time, ground truth) of each sim/ground_truth, kept only for an annotation.
-    truth: list[tuple[float, dict]] = field(default_factory=list)
+    # (receive time, JSON text) of each sim/ground_truth, kept only for an annotation (the
+    # text: an hour at 30 Hz parsed would hold gigabytes of dicts; a look parses its one).
+    truth: list[tuple[float, str]] = field(default_factory=list)
 
 
 def control_source(mode: str, source: str = '', dry_run: bool = False) -> str:
@@ -342,10 +343,7 @@ class Exporter:
                 if seed is not None and last_seed is not None and seed != last_seed:
                     s.resets.append(t_log)
                 if self.annotation_needs[0]:
-                    try:
-                        s.truth.append((t_log, json.loads(msg.data)))
-                    except ValueError:
-                        pass
+                    s.truth.append((t_log, msg.data))
                 last_seed = seed if seed is not None else last_seed
         s.header_clock = bool(offsets) and abs(float(np.median(offsets))) < SAME_CLOCK_S
         if not s.header_clock:
@@ -668,8 +666,15 @@ class Exporter:
                       if idx[k] >= 0}
             i = int(np.searchsorted(truth_t, t, side='right')) - 1
             j = int(np.searchsorted(joint_t, t, side='right')) - 1
+            truth = None
+            if i >= 0:
+                try:
+                    truth = json.loads(s.truth[i][1])
+                except ValueError:
+                    self.warnings.append(f'annotation: ground truth at t={s.truth[i][0]:.3f} '
+                                         's is not JSON; that look saw none')
             obs: dict[str, Any] = {'images': images, 'language': language, 'time_s': t,
-                                   'ground_truth': s.truth[i][1] if i >= 0 else None}
+                                   'ground_truth': truth}
             if j >= 0:
                 obs['joint_names'] = list(s.joint_names)
                 obs['joint_positions'] = np.asarray(s.joints[order[j]])
