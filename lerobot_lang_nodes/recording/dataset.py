@@ -212,6 +212,7 @@ class Exporter:
         self.phase = self.outcome = self.mark_task = np.zeros(0, dtype=object)
         self.mark_times: list[float] = []
         self.annotator: Any = None  # the planner backend of an annotation, once loaded
+        self.annotation_planner: Any = None  # its HighLevelPlanner
         self.annotation_needs: tuple[bool, tuple[str, ...]] = (False, ())
 
     # -- topics ------------------------------------------------------------------------------
@@ -619,7 +620,9 @@ class Exporter:
         from lerobot_lang_nodes.recording import annotate
         try:
             self.annotator = annotate.load_generator(self.opt.annotate)
-        except annotate.AnnotationError as exc:
+            # The planner's settings and prompt templates, checked before any bag is read.
+            self.annotation_planner = annotate.build_planner(self.annotator, self.opt.annotate)
+        except (annotate.AnnotationError, ValueError) as exc:
             raise ExportError(str(exc)) from exc
         self.annotation_needs = annotate.needs_of(self.annotator)
 
@@ -680,7 +683,7 @@ class Exporter:
                 obs['joint_positions'] = np.asarray(s.joints[order[j]])
             return obs
 
-        planner = annotate.build_planner(self.annotator, opt)
+        planner = self.annotation_planner
         try:
             result = annotate.annotate(planner, looks, tasks, list(s.resets) + [
                 t for t, e in s.marks if e.get('event') == 'episode'], observe,

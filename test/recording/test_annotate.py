@@ -245,7 +245,8 @@ def test_a_teleoperated_demonstration_gets_the_scripted_planners_subtasks(demons
 
 def test_the_annotation_refuses_a_recording_without_what_the_backend_needs(tmp_path, capsys):
     """A synthetic bag (no DDS) without the simulator's ground truth: the scripted planner
-    cannot decide; an unknown backend and a missing model are refused before any bag."""
+    cannot decide; an unknown backend, a missing model and a bad prompts file are refused
+    before any bag is read. Nothing is written."""
     from lerobot_lang_nodes.testing import require_ml
     require_ml('lerobot')
     from lerobot_lang_nodes.cli.main import main
@@ -262,6 +263,12 @@ def test_the_annotation_refuses_a_recording_without_what_the_backend_needs(tmp_p
     with pytest.raises(SystemExit):
         main(['annotate', str(bag), str(tmp_path / 'out'), '--planner-backend', 'gpt'])
     assert "invalid choice: 'gpt'" in capsys.readouterr().err
+    bad = tmp_path / 'prompts.yaml'
+    bad.write_text('subtask_user: [not, a, template]\n')
+    assert main(['annotate', str(bag), str(tmp_path / 'out'), '--planner-param',
+                 f'prompts_file={bad}']) == 1
+    assert f"prompts file '{bad}': unknown key(s) ['subtask_user']" in capsys.readouterr().err
+    assert not (tmp_path / 'out').exists()
 
 
 @pytest.mark.slow
