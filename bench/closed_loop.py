@@ -28,7 +28,7 @@ Stages (each reads the previous stage's output in the work folder, so each runs 
 
 The benchmark probe judges success from ``sim/ground_truth`` (measurement only, as
 bench/task_time.py does). Every graph runs in a private ROS domain on loopback
-(sim_graph.private_ros_domain); nodes are stopped by PID. See bench/README.md, "Closed data
+(bench.harness.private_ros_domain); nodes are stopped by PID. See bench/README.md, "Closed data
 loop".
 """
 
@@ -48,11 +48,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench.harness import REPORT_DIR, private_ros_domain
 
-from sim_graph import REPORT_DIR, private_ros_domain  # noqa: E402
-
-from lerobot_lang_nodes.testing import NodeProcess, SimGraph, WaitTimeout, wait_until  # noqa: E402
+from lerobot_lang_nodes.testing import NodeProcess, SimGraph, WaitTimeout, wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
 COLOURS = ('red', 'green', 'blue')

@@ -28,9 +28,8 @@ from typing import Any
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench.harness import REPORT_DIR, write_report
 
-REPORT_DIR = Path(__file__).resolve().parent / 'reports'
 CAMERAS = ('front', 'wrist', 'side')
 PROJECT = 'project nodes (shared memory, tuned malloc)'
 SHM_ONLY = 'shared memory, malloc defaults'
@@ -203,11 +202,7 @@ def main(argv: list[str] | None = None) -> int:
                       'date': time.strftime('%Y-%m-%d'),
                       'machine': f'{platform.machine()}, {os.cpu_count()} cores'},
               'profiles': profiles}
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / 'image_transport.json').write_text(json.dumps(report, indent=2) + '\n')
-    text = markdown(report)
-    (out_dir / 'image_transport.md').write_text(text)
-    sys.stdout.write(text)
+    write_report(out_dir, 'image_transport', report, markdown(report))
     return 0
 
 

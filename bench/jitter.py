@@ -39,11 +39,8 @@ from typing import Any
 
 import numpy as np
 
+from bench.harness import BENCH, REPORT_DIR, write_report
 from lerobot_lang_nodes.core.dispatch_file import read_dispatch_file
-
-BENCH = Path(__file__).resolve().parent
-REPORT_DIR = BENCH / 'reports'
-sys.path.insert(0, str(BENCH))
 
 GENERATION = '''
 import sys, time, torch
@@ -302,11 +299,7 @@ def main(argv: list[str] | None = None) -> int:
                       'load_average_1min_at_end': round(os.getloadavg()[0], 2),
                       'machine': f'{platform.machine()}, {os.cpu_count()} cores'},
               'rows': rows}
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / 'jitter.json').write_text(json.dumps(report, indent=2) + '\n')
-    text = markdown(report)
-    (args.out / 'jitter.md').write_text(text)
-    sys.stdout.write(text)
+    write_report(args.out, 'jitter', report, markdown(report))
     return 0
 
 

@@ -37,19 +37,18 @@ from typing import Any
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from so101_bus import start_emulator, stop_emulator  # noqa: E402
-
-from lerobot_lang_nodes.core.control_loop import Cadence  # noqa: E402
-from lerobot_lang_nodes.so101 import protocol  # noqa: E402
-from lerobot_lang_nodes.so101.bus import BITS_PER_BYTE, FeetechBus  # noqa: E402
-from lerobot_lang_nodes.so101.calibration import (JOINT_NAMES, MotorCalibration,  # noqa: E402
+from bench.harness import write_report
+from bench.so101_bus import start_emulator, stop_emulator
+from lerobot_lang_nodes.core.control_loop import Cadence
+from lerobot_lang_nodes.so101 import protocol
+from lerobot_lang_nodes.so101.bus import BITS_PER_BYTE, FeetechBus
+from lerobot_lang_nodes.so101.calibration import (JOINT_NAMES, MotorCalibration,
                                                   save_calibration)
-from lerobot_lang_nodes.so101.driver_core import So101Config  # noqa: E402
-from lerobot_lang_nodes.so101.errors import BusError  # noqa: E402
-from lerobot_lang_nodes.so101.leader_host import (LeaderHost, LeaderHostConfig,  # noqa: E402
+from lerobot_lang_nodes.so101.driver_core import So101Config
+from lerobot_lang_nodes.so101.errors import BusError
+from lerobot_lang_nodes.so101.leader_host import (LeaderHost, LeaderHostConfig,
                                                   So101Leader)
-from lerobot_lang_nodes.so101.registers import CONTROL_TABLE  # noqa: E402
+from lerobot_lang_nodes.so101.registers import CONTROL_TABLE
 
 IDS = list(range(1, 7))
 BAUD = 1_000_000
@@ -271,11 +270,7 @@ def main(argv: list[str] | None = None) -> int:
               'bound': {'baud': BAUD, 'read_us': bound_s * 1e6, 'rate_hz': 1.0 / bound_s},
               'bus': bus_figures, 'host': host_figures, 'fixed_rate': loops, 'node': node,
               'bus_stats': stats}
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / 'leader_rate.json').write_text(json.dumps(report, indent=2) + '\n')
-    text = markdown(report)
-    (args.out / 'leader_rate.md').write_text(text)
-    sys.stdout.write(text)
+    write_report(args.out, 'leader_rate', report, markdown(report))
     return 0
 
 

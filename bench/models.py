@@ -34,6 +34,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+from bench.harness import write_report
 from lerobot_lang_nodes import paths
 
 REPORT_DIR = Path(__file__).resolve().parent / 'reports'
@@ -163,14 +164,6 @@ def offline_report(repeats: int) -> dict[str, Any]:
             'machine': {'platform': platform.platform(), 'cpus': os.cpu_count(),
                         'loadavg_start': os.getloadavg()[0]},
             'repeats': repeats}
-
-
-def write_report(out: Path, name: str, report: dict[str, Any], text: str) -> None:
-    """out/NAME.json and out/NAME.md (the Markdown ``text``), which is also printed."""
-    out.mkdir(parents=True, exist_ok=True)
-    (out / f'{name}.json').write_text(json.dumps(report, indent=2) + '\n')
-    (out / f'{name}.md').write_text(text)
-    sys.stdout.write(text + f"\nreports: {out / f'{name}.json'}, {out / f'{name}.md'}\n")
 
 
 def in_child(fn, *args) -> dict:

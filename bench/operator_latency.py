@@ -19,7 +19,6 @@ domain, discovery LOCALHOST, every process stopped by its PID.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import statistics
@@ -28,6 +27,7 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
+from bench.harness import write_report
 
 REPORT_DIR = Path(__file__).resolve().parent / 'reports'
 CLI = [sys.executable, '-m', 'lerobot_lang_nodes.cli.main']
@@ -105,11 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     for k, vals in rows.items():
         lines.append(f'| {k} | {statistics.median(vals) * 1e3:.1f} | {min(vals) * 1e3:.1f} | '
                      f'{max(vals) * 1e3:.1f} |')
-    text = '\n'.join(lines) + '\n'
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / 'operator_latency.json').write_text(json.dumps(report, indent=2) + '\n')
-    (args.out / 'operator_latency.md').write_text(text)
-    sys.stdout.write(text)
+    write_report(args.out, 'operator_latency', report, '\n'.join(lines) + '\n')
     return 0
 
 

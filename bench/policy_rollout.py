@@ -22,7 +22,6 @@ reaching, set against the tolerance the plan needs to move on to the grasp
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import platform
@@ -38,10 +37,11 @@ os.environ.setdefault('HF_HUB_OFFLINE', '1')
 
 import numpy as np  # noqa: E402
 
-from lerobot_lang_nodes.sim import tasks  # noqa: E402
-from lerobot_lang_nodes.sim.episode import run_episode  # noqa: E402
-from lerobot_lang_nodes.sim.expert import ScriptedExpert  # noqa: E402
-from lerobot_lang_nodes.sim.scene import JOINT_NAMES, So101Scene  # noqa: E402
+from bench.harness import write_report
+from lerobot_lang_nodes.sim import tasks
+from lerobot_lang_nodes.sim.episode import run_episode
+from lerobot_lang_nodes.sim.expert import ScriptedExpert
+from lerobot_lang_nodes.sim.scene import JOINT_NAMES, So101Scene
 
 REPORT_DIR = Path(__file__).resolve().parent / 'reports'
 CAMERAS = ('front', 'wrist')
@@ -49,8 +49,7 @@ CAMERAS = ('front', 'wrist')
 
 def held_out_episodes(eval_seed: int, n: int) -> list[tuple[int, str]]:
     """bench/closed_loop.py's held-out (layout seed, task) list for ``eval_seed``."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from closed_loop import eval_plan
+    from bench.closed_loop import eval_plan
     return eval_plan(SimpleNamespace(eval_seed=eval_seed), n)
 
 
@@ -192,11 +191,7 @@ def main(argv: list[str] | None = None) -> int:
               'replan_every': args.replan_every,
               'actors': [rollout(a, episodes, args.timeout, args.replan_every)
                          for a in args.actors]}
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / f'{args.name}.json').write_text(json.dumps(report, indent=2) + '\n')
-    text = markdown(report)
-    (args.out / f'{args.name}.md').write_text(text)
-    print(text)
+    write_report(args.out, args.name, report, markdown(report))
     return 0
 
 

@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from bench.harness import write_report
 from lerobot_lang_nodes import dds
 
 REPORT_DIR = Path(__file__).resolve().parent / 'reports'
@@ -419,10 +420,7 @@ def main(argv: list[str] | None = None) -> int:
         report = {'machine': f'{os.cpu_count()} CPUs', 'seconds': args.seconds,
                   'fps': args.fps, 'graph': not args.no_graph, 'recording': runs,
                   'export': exported}
-        args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / 'recorder.json').write_text(json.dumps(report, indent=2) + '\n')
-        (args.out / 'recorder.md').write_text(markdown(report))
-        sys.stdout.write(markdown(report) + f"\nreports: {args.out / 'recorder.md'}\n")
+        write_report(args.out, 'recorder', report, markdown(report))
         return 0 if all(r['bag_closed'] for r in runs) else 1
     finally:
         for p in graph_procs:

@@ -43,12 +43,9 @@ from typing import Any
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from lerobot_lang_nodes import dds, graph  # noqa: E402
-from lerobot_lang_nodes.netns import (RATE, Monitor, TwoHosts, link_bytes,  # noqa: E402
-                                      platform_problem)
-from sim_graph import REPORT_DIR, percentiles  # noqa: E402
+from bench.harness import REPORT_DIR, percentiles, write_report
+from lerobot_lang_nodes import dds, graph
+from lerobot_lang_nodes.netns import RATE, Monitor, TwoHosts, link_bytes, platform_problem
 
 TASK = 'put the red cube in the bowl'
 MONITOR = 'lerobot_lang_nodes.remote_monitor'
@@ -403,10 +400,7 @@ def main(argv: list[str] | None = None) -> int:
             report['outages'] = outages(args, domain, log_dir)
         if args.only in (None, 'task_time'):
             report['task_time'] = task_times(args, domain, log_dir)
-    REPORT_DIR.mkdir(exist_ok=True)
-    (REPORT_DIR / 'remote.json').write_text(json.dumps(report, indent=1), encoding='utf-8')
-    (REPORT_DIR / 'remote.md').write_text(markdown(report), encoding='utf-8')
-    print(markdown(report))
+    write_report(REPORT_DIR, 'remote', report, markdown(report))
     return 0
 
 

@@ -104,8 +104,8 @@ def _save(fig: Any, out: Path) -> bool:
 
 def plot_latency_sweep(report: dict[str, Any], out: Path) -> bool:
     plt = _pyplot()
-    sys.path.insert(0, str(BENCH))
-    from task_time import median, starved_per_minute
+    from bench.harness import median
+    from bench.task_time import starved_per_minute
     graphs, max_sim = report['graphs'], report['run'].get('max_sim_s', 30.0)
     lat = sorted({int(n[2:-2]) for n in graphs if n.startswith(('a_', 'b_'))})
     if not lat:

@@ -44,6 +44,7 @@ import threading
 import time
 from pathlib import Path
 from typing import Any
+from bench.harness import write_report
 
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
@@ -425,11 +426,7 @@ def main(argv: list[str] | None = None) -> int:
                       'node_warmup': args.node_warmup, 'versions': host.pop('versions', {}),
                       'views': list(VIEWS)},
               'host': host, 'node': node}
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / f'{args.name}.json').write_text(json.dumps(report, indent=2) + '\n')
-    text = markdown(report)
-    (args.out / f'{args.name}.md').write_text(text)
-    sys.stdout.write(text)
+    write_report(args.out, args.name, report, markdown(report))
     failed = node is not None and any('error' in r for r in node['rows'])
     return 1 if failed else 0
 

@@ -48,7 +48,8 @@ from typing import Any
 
 import numpy as np
 
-from models import in_child, offline_report, write_report
+from bench.harness import write_report
+from bench.models import in_child, offline_report
 
 REPORT_DIR = Path(__file__).resolve().parent / 'reports'
 HERE = Path(__file__).resolve().parent

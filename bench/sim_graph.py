@@ -13,24 +13,21 @@ arm keeps working for the whole measured window. See bench/README.md, "Simulated
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import platform
 import shutil
-import signal
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import yaml
 
-from lerobot_lang_nodes import dds
+from bench.harness import (REPORT_DIR, parse_override, percentiles, private_ros_domain,
+                           write_report)
 from lerobot_lang_nodes.core.dispatch_file import read_dispatch_file
 from lerobot_lang_nodes.nodes.params import config_defaults
 from lerobot_lang_nodes.nodes.sim_bridge_node import SimBridgeConfig
@@ -40,7 +37,6 @@ from lerobot_lang_nodes.testing import SimGraph, WaitTimeout, wait_until
 # private_ros_domain() set the DDS environment).
 EXECUTOR_ENV = 'LEROBOT_LANG_EXECUTOR'
 
-REPORT_DIR = Path(__file__).resolve().parent / 'reports'
 COLOURS = ('red', 'green', 'blue')
 CLK_TCK = os.sysconf('SC_CLK_TCK')
 STOP_TIMEOUT_S = 5.0
@@ -79,17 +75,6 @@ def max_rss_mb(pid: int | str) -> float | None:
 
 
 # --- statistics ---------------------------------------------------------------------------
-def percentiles(values: list[float] | np.ndarray, scale: float = 1.0) -> dict[str, Any]:
-    """min / p50 / p99 / max of ``values`` * ``scale``, rounded; None entries when there is no
-    data."""
-    arr = np.asarray(values, dtype=np.float64) * scale
-    if arr.size == 0:
-        return {'min': None, 'p50': None, 'p99': None, 'max': None, 'n': 0}
-    return {'min': round(float(arr.min()), 3), 'p50': round(float(np.percentile(arr, 50)), 3),
-            'p99': round(float(np.percentile(arr, 99)), 3),
-            'max': round(float(arr.max()), 3), 'n': int(arr.size)}
-
-
 def sim_dispatch_jitter(dispatches: list[dict], period: float) -> dict[str, Any]:
     """|period - nominal| between consecutive dispatches, in sim ms.
 
@@ -130,35 +115,6 @@ def wall_joint_jitter(arrivals: list[tuple[float, float]], period: float,
 
 
 # --- the graph ----------------------------------------------------------------------------
-@contextlib.contextmanager
-def private_ros_domain() -> Iterator[int]:
-    """Reserve a free ROS_DOMAIN_ID and set this process's DDS environment for the duration.
-
-    Call it before rclpy is imported anywhere: the probe in this process and every node
-    process (started with ``dict(os.environ)``) share the domain, discovery stays on loopback
-    (forced, even if set otherwise) and nothing else on the machine sees them. SIGTERM takes
-    the same clean path as Ctrl-C, so every node is stopped by its PID. Yields the domain id.
-    """
-    from domain_coordinator import domain_id
-    with domain_id() as domain:
-        env = dds.ros_environment(domain_id=domain)
-        env['ROS_AUTOMATIC_DISCOVERY_RANGE'] = 'LOCALHOST'
-        env['MUJOCO_GL'] = 'egl'
-        env.setdefault('AMENT_PREFIX_PATH', sys.prefix)
-        os.environ.update(env)
-        signal.signal(signal.SIGTERM, signal.default_int_handler)
-        yield domain
-
-
-def parse_override(text: str) -> tuple[str, str, Any]:
-    """'node.name=value' (value parsed as YAML) -> (node, name, value)."""
-    key, sep, raw = text.partition('=')
-    node, dot, name = key.partition('.')
-    if not sep or not dot or not node or not name:
-        raise argparse.ArgumentTypeError(f'expected NODE.PARAM=VALUE, got {text!r}')
-    return node, name, yaml.safe_load(raw)
-
-
 class Recorder:
     """The probe's subscriptions: everything the figures need, timestamped on arrival."""
 
@@ -557,13 +513,9 @@ def main(argv: list[str] | None = None) -> int:
     with private_ros_domain() as domain:
         report = run(args, dict(os.environ), t_start)
 
-    args.out.mkdir(parents=True, exist_ok=True)
     report['run']['param_overrides'] = [f'{n}.{k}={v!r}' for n, k, v in args.param]
-    json_path, md_path = args.out / f'{args.name}.json', args.out / f'{args.name}.md'
-    json_path.write_text(json.dumps(report, indent=2) + '\n')
-    md_path.write_text(markdown(report))
-    sys.stdout.write(table(report) + f"\n\nreports: {json_path}, {md_path} "
-                     f"(ROS_DOMAIN_ID {domain})\n")
+    sys.stdout.write(table(report) + f'\n\n(ROS_DOMAIN_ID {domain})\n')
+    write_report(args.out, args.name, report, markdown(report), echo=False)
     return 0 if not report['run']['truncated_by_wall_cap'] else 1
 
 

@@ -35,11 +35,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from lerobot_lang_nodes.core.dispatch_file import read_dispatch_file  # noqa: E402
-from lerobot_lang_nodes.core.inference_file import read_inference_file  # noqa: E402
-from sim_graph import REPORT_DIR, parse_override, private_ros_domain  # noqa: E402
+from bench.harness import (REPORT_DIR, median, parse_override, private_ros_domain,
+                           write_report)
+from lerobot_lang_nodes.core.dispatch_file import read_dispatch_file
+from lerobot_lang_nodes.core.inference_file import read_inference_file
 
 from lerobot_lang_nodes.testing import SimGraph  # noqa: E402
 
@@ -280,11 +279,6 @@ def first_dispatch_after(dispatch_log: Path, t0: float, min_revision: int = 0) -
     return round(row['t'] - t0, 3) if row else None
 
 
-def median(values: list[float | None]) -> float | None:
-    done = [v for v in values if v is not None]
-    return round(statistics.median(done), 3) if done else None
-
-
 def summarise(expert: list[float | None], graphs: dict[str, dict]) -> dict[str, Any]:
     rows = {'expert': {'median_s': median(expert), 'successes': sum(v is not None for v in expert),
                        'ratio_to_expert': 1.0}}
@@ -478,7 +472,7 @@ def main(argv: list[str] | None = None) -> int:
                          if args.interjections else None)
         under_load = None
         if args.interjections and args.reaction_load:
-            from jitter import Load
+            from bench.jitter import Load
             load = Load(args.reaction_load, 3600.0, Path(tempfile.mkdtemp(prefix='load_')),
                         dict(os.environ))
             try:
@@ -496,11 +490,7 @@ def main(argv: list[str] | None = None) -> int:
         report['interjections'] = {'configuration': configs[0][0], **interjections}
     if under_load is not None:
         report['interjections_under_load'] = {'load': args.reaction_load, **under_load}
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / f'{args.name}.json').write_text(json.dumps(report, indent=2) + '\n')
-    text = markdown(report)
-    (args.out / f'{args.name}.md').write_text(text)
-    sys.stdout.write(text)
+    write_report(args.out, args.name, report, markdown(report))
     return 0
 
 

@@ -43,7 +43,8 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from models import in_child, offline_report, planner_child, rss_mb, summary, write_report
+from bench.harness import write_report
+from bench.models import in_child, offline_report, planner_child, rss_mb, summary
 
 REPORT_DIR = Path(__file__).resolve().parent / 'reports'
 SIZES = ('tiny', 'real')

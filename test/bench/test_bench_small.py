@@ -3,7 +3,7 @@ report table, one episode of the task-time run with its interjection."""
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import json
 import subprocess
 import sys
@@ -15,14 +15,8 @@ BENCH = Path(__file__).resolve().parents[2] / 'bench'
 
 
 def load(name: str):
-    spec = importlib.util.spec_from_file_location(name, BENCH / f'{name}.py')
-    module = importlib.util.module_from_spec(spec)
-    sys.path.insert(0, str(BENCH))
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(BENCH))
-    return module
+    """A benchmark script as a module of the bench package (as the scripts import each other)."""
+    return importlib.import_module(f'bench.{name}')
 
 
 def test_latency_sweep_pairs_the_seeds_rules_with_the_current_ones():
