@@ -44,7 +44,7 @@ from lerobot_lang_nodes.so101 import protocol
 from lerobot_lang_nodes.so101.bus import BITS_PER_BYTE, FeetechBus
 from lerobot_lang_nodes.so101.calibration import (JOINT_NAMES, MotorCalibration,
                                                   save_calibration)
-from lerobot_lang_nodes.so101.driver_core import So101Config
+from lerobot_lang_nodes.so101.robot import So101Config
 from lerobot_lang_nodes.so101.errors import BusError
 from lerobot_lang_nodes.so101.leader_host import (LeaderHost, LeaderHostConfig,
                                                   So101Leader)

@@ -23,7 +23,7 @@ import numpy as np
 from lerobot_lang_nodes.so101 import protocol
 from lerobot_lang_nodes.so101.bus import BITS_PER_BYTE, FeetechBus
 from lerobot_lang_nodes.so101.calibration import JOINT_NAMES, MotorCalibration
-from lerobot_lang_nodes.so101.driver_core import So101Config, So101Robot
+from lerobot_lang_nodes.so101.robot import So101Config, So101Robot
 from lerobot_lang_nodes.so101.emulator import ServoBusEmulator
 from lerobot_lang_nodes.so101.errors import BusError
 from lerobot_lang_nodes.so101.registers import CONTROL_TABLE

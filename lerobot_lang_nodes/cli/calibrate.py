@@ -23,7 +23,7 @@ def add_arguments(command: str, parser: argparse.ArgumentParser) -> None:
 def run(command: str, args: argparse.Namespace) -> int:
     from lerobot_lang_nodes.so101.bus import FeetechBus
     from lerobot_lang_nodes.so101.calibration import calibration_path
-    from lerobot_lang_nodes.so101.driver_core import run_calibration
+    from lerobot_lang_nodes.so101.calibration import run_calibration
     from lerobot_lang_nodes.so101.errors import BusError, CalibrationError
 
     def wait_for_user(message: str) -> None:

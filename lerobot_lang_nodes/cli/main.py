@@ -20,7 +20,11 @@ SUBCOMMANDS = {
     'task': ('lerobot_lang_nodes.cli.operator', 'set the task (std_msgs/String on /task)'),
     'run': ('lerobot_lang_nodes.cli.operator',
             'run a task to its end (/run_task action): prints subtasks, exit 0 on success'),
-    'say': ('lerobot_lang_nodes.cli.operator', 'interject (std_msgs/String on /interjection)'),
+    'interject': ('lerobot_lang_nodes.cli.operator',
+                  'interject: the operator speaks to the robot mid-task (std_msgs/String on '
+                  '/interjection; the planner re-plans and may answer on /speech)'),
+    # The first name of `interject`, kept for scripts that use it; `<say>` is the robot's reply.
+    'say': ('lerobot_lang_nodes.cli.operator', 'the same as interject (its first name)'),
     'ask': ('lerobot_lang_nodes.cli.operator', 'ask a question about the scene (/vqa)'),
     'pause': ('lerobot_lang_nodes.cli.operator', 'pause the robot (/pause)'),
     'resume': ('lerobot_lang_nodes.cli.operator', 'resume the robot (/resume)'),

@@ -1,5 +1,5 @@
-"""Operator commands (task, run, say, ask, pause, resume, burst, reset, status, takeover,
-handback) without ros2cli.
+"""Operator commands (task, run, interject, ask, pause, resume, burst, reset, status,
+takeover, handback) without ros2cli.
 
 Each starts, joins the graph, does one thing and exits; `lerobot-lang console` stays connected.
 """
@@ -40,7 +40,7 @@ CONSUMERS = {'task': {'planner', 'policy'}, 'interjection': {'planner'}}
 
 
 def add_arguments(command: str, parser: argparse.ArgumentParser) -> None:
-    if command in ('task', 'say', 'run'):
+    if command in ('task', 'interject', 'say', 'run'):
         parser.add_argument('text', nargs='+', help='the text to send')
     if command in ('task', 'run'):
         parser.add_argument('--direct', action='store_true',
@@ -138,7 +138,7 @@ def _cmd_task(node, args) -> int:
     return _publish_string(node, _topic(args.namespace, 'task'), text, qos.LATCHED, args.timeout)
 
 
-def _cmd_say(node, args) -> int:
+def _cmd_interject(node, args) -> int:
     from lerobot_lang_nodes.nodes import qos
     # Latched, like /task: every subscription of the planner's (see nodes/commands.py) matches.
     return _publish_string(node, _topic(args.namespace, 'interjection'), ' '.join(args.text),
@@ -275,7 +275,8 @@ def _cmd_status(node, args) -> int:
     return 0
 
 
-_COMMANDS = {'task': _cmd_task, 'run': _cmd_run, 'say': _cmd_say, 'ask': _cmd_ask,
+_COMMANDS = {'task': _cmd_task, 'run': _cmd_run, 'interject': _cmd_interject,
+             'say': _cmd_interject, 'ask': _cmd_ask,
              'pause': _trigger('pause'), 'resume': _trigger('resume'), 'status': _cmd_status,
              'reset': _trigger('sim/reset'), 'burst': _cmd_burst,
              'takeover': _trigger('takeover'), 'handback': _trigger('handback')}

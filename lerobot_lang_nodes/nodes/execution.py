@@ -1,4 +1,5 @@
-"""What every chunk-executing node (sim_bridge, so101_driver) shares: parameters and intake."""
+"""What every chunk-executing node (sim_bridge, robocasa_bridge, so101_driver) shares:
+parameters and intake."""
 
 from __future__ import annotations
 
@@ -45,8 +46,9 @@ class ExecutorParams:
 
 
 @dataclass(frozen=True)
-class ExecutionParams(ExecutorParams):
-    """Executor and joint safety parameters, the same on the simulator and the real arm."""
+class ArmExecutionParams(ExecutorParams):
+    """What driving an SO-101 arm adds to the executor's parameters (joint safety, the dispatch
+    log, teleop and takeover), the same on the simulator and the real arm."""
 
     max_relative_target_rad: float = field(default=0.35, metadata={
         'doc': 'Clamp every goal to within this of the freshly read present joint position '
@@ -84,7 +86,7 @@ class ExecutionParams(ExecutorParams):
                '(s); then it is released and the follower slides.', 'range': (0.1, 60.0)})
 
 
-def make_executor(params: ExecutorParams, action_names: tuple[str, ...], ctrl_hz: float,
+def make_chunk_executor(params: ExecutorParams, action_names: tuple[str, ...], ctrl_hz: float,
                   lower: np.ndarray, upper: np.ndarray, margin: float | None = None,
                   **kw: Any) -> ChunkExecutor:
     """A ChunkExecutor that rejects values beyond the limits by ``margin`` (default the
@@ -92,7 +94,7 @@ def make_executor(params: ExecutorParams, action_names: tuple[str, ...], ctrl_hz
     margin = params.reject_margin_rad if margin is None else margin
     teleop = ({'leader_timeout_s': params.leader_timeout_s,
                'teleop_align_speed_rad_s': params.teleop_align_speed_rad_s}
-              if isinstance(params, ExecutionParams) else {})
+              if isinstance(params, ArmExecutionParams) else {})
     return ChunkExecutor(ExecutorConfig(
         action_names=tuple(action_names), ctrl_hz=ctrl_hz,
         lower_limits=(np.asarray(lower) - margin).tolist(),

@@ -14,12 +14,11 @@ are recorded whatever `topics` says.
 from __future__ import annotations
 
 import importlib
-import sys
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.clock import Clock, ClockType
@@ -149,7 +148,7 @@ class RecorderNode(Node):
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(NODE_NAME, **kwargs)
-        self.config = cfg = declare_config(self, RecorderConfig)
+        self.cfg = cfg = declare_config(self, RecorderConfig)
         reject_unknown_parameters(self)
         self._lock = threading.Lock()
         self._resolver = TypeResolver()
@@ -191,7 +190,7 @@ class RecorderNode(Node):
         """Open a new bag; subscriptions are (re)made so latched topics open it."""
         with self._lock:
             stamp = time.strftime('%Y%m%d-%H%M%S')
-            path = self._writer.start(f'{self.config.bag_prefix}_{stamp}')
+            path = self._writer.start(f'{self.cfg.bag_prefix}_{stamp}')
         self.get_logger().info(f'recording into {path}')
         self._discover()
         return str(path)
@@ -329,10 +328,10 @@ class RecorderNode(Node):
         super().destroy_node()
 
 
-def main(args: Optional[list[str]] = None) -> int:
+def main(args: list[str] | None = None) -> int:
     """Entry point: record until Ctrl-C; the bag is closed (metadata.yaml) on the way out."""
     return run(RecorderNode, args, name=NODE_NAME)
 
 
 if __name__ == '__main__':
-    sys.exit(main())
+    raise SystemExit(main())

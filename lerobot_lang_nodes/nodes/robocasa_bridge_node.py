@@ -26,7 +26,7 @@ from lerobot_lang_nodes.core.control_loop import Cadence, LoopErrors, LoopTicks
 from lerobot_lang_nodes.nodes import convert, qos, runner
 from lerobot_lang_nodes.nodes.diagnostics import DiagnosticsPublisher
 from lerobot_lang_nodes.nodes.bridge import SimulatorBridge
-from lerobot_lang_nodes.nodes.execution import ExecutorParams, make_executor
+from lerobot_lang_nodes.nodes.execution import ExecutorParams, make_chunk_executor
 from lerobot_lang_nodes.nodes.params import declare_config, reject_unknown_parameters
 from lerobot_lang_nodes.robocasa import layout
 from lerobot_lang_nodes.robocasa.envs import SIMULATORS, SPLITS, factory, reseed_rng
@@ -112,7 +112,7 @@ class RoboCasaBridgeNode(SimulatorBridge, Node):
             # (exit 2 in the runner); the bring-up does not restart a node that cannot start.
             self._thread.join()
             raise self._host_error
-        self.chunk_executor = make_executor(cfg, self.host.action_names, cfg.ctrl_hz,
+        self.chunk_executor = make_chunk_executor(cfg, self.host.action_names, cfg.ctrl_hz,
                                             self.host.lower, self.host.upper,
                                             margin=cfg.reject_margin)
         self._goal_text = ''

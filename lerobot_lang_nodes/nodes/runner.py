@@ -86,7 +86,7 @@ def log_emitter(node: Any) -> Callable[[int, str], None]:
     return emit
 
 
-def make_executor(threads: int) -> MultiThreadedExecutor:
+def make_ros_executor(threads: int) -> MultiThreadedExecutor:
     """The nodes' executor; ``LEROBOT_LANG_EXECUTOR=pool`` picks rclpy's stock one instead
     (every callback on the pool), to measure the difference (bench/sim_graph.py --executor)."""
     kind = os.environ.get(EXECUTOR_ENV, 'inline')
@@ -239,7 +239,7 @@ def run(factory: Callable[[], Any], args: list[str] | None = None, *, threads: i
             return 2
         nodes = list(built) if isinstance(built, (list, tuple)) else [built]
         node = nodes[0]
-        executor = make_executor(threads)
+        executor = make_ros_executor(threads)
         for each in nodes:
             executor.add_node(each)
         _spinning = True

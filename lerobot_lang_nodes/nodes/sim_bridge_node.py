@@ -28,7 +28,8 @@ from lerobot_lang_nodes.core.safety import SafetyLimits
 from lerobot_lang_nodes.nodes import convert, qos, runner
 from lerobot_lang_nodes.nodes.bridge import SimulatorBridge
 from lerobot_lang_nodes.nodes.diagnostics import DiagnosticsPublisher
-from lerobot_lang_nodes.nodes.execution import ExecutionParams, change_limits, make_executor
+from lerobot_lang_nodes.nodes.execution import (ArmExecutionParams, change_limits,
+                                                make_chunk_executor)
 from lerobot_lang_nodes.nodes.params import (declare_config, reject_unknown_parameters,
                                              watch_runtime_parameters)
 from lerobot_lang_nodes.nodes.teleop import TeleopPort
@@ -41,7 +42,7 @@ CATCH_UP_S = 1.0
 
 
 @dataclass(frozen=True)
-class SimBridgeConfig(ExecutionParams):
+class SimBridgeConfig(ArmExecutionParams):
     """Parameters of the sim_bridge node (plus the executor's, shared with the driver)."""
 
     seed: int = field(default=0, metadata={
@@ -109,7 +110,7 @@ class SimBridgeNode(SimulatorBridge, Node):
         watch_runtime_parameters(self, SimBridgeConfig, self._apply_parameters)
         self._dispatch_log = (DispatchFile(self.cfg.dispatch_log_path)
                               if self.cfg.dispatch_log_path else None)
-        self.chunk_executor = make_executor(self.cfg, self.joint_names, self.cfg.ctrl_hz,
+        self.chunk_executor = make_chunk_executor(self.cfg, self.joint_names, self.cfg.ctrl_hz,
                                             lower, upper, on_dispatch=self._on_dispatch)
         self._reset_count = 0
         # Wall-clock time of the scene's last reset, in every ground truth (`reset_ns`): a

@@ -39,21 +39,21 @@ from lerobot_lang_nodes.core.dispatch_file import DispatchFile
 from lerobot_lang_nodes.core.executor import ChunkExecutor
 from lerobot_lang_nodes.nodes import convert, qos, runner
 from lerobot_lang_nodes.nodes.diagnostics import make_status
-from lerobot_lang_nodes.nodes.execution import (ExecutionParams, change_limits, make_executor,
-                                                submit_chunk_msg)
+from lerobot_lang_nodes.nodes.execution import (ArmExecutionParams, change_limits,
+                                                make_chunk_executor, submit_chunk_msg)
 from lerobot_lang_nodes.nodes.params import (declare_config, ParameterError,
                                              watch_runtime_parameters,
                                              reject_unknown_parameters)
 from lerobot_lang_nodes.nodes.teleop import TeleopPort
 from lerobot_lang_nodes.so101.calibration import JOINT_NAMES, load_calibration
 from lerobot_lang_nodes.so101.control_host import HostConfig, So101ControlHost
-from lerobot_lang_nodes.so101.driver_core import RobotState, So101Config, So101Robot
+from lerobot_lang_nodes.so101.robot import RobotState, So101Config, So101Robot
 
 LOOP_FAILURE_EXIT = 70  # EX_SOFTWARE: the bring-up reports the driver as failed
 
 
 @dataclass(frozen=True)
-class So101DriverConfig(ExecutionParams):
+class So101DriverConfig(ArmExecutionParams):
     """Parameters of the so101_driver node (plus the executor's, shared with sim_bridge)."""
 
     port: str = field(default='', metadata={
@@ -131,7 +131,7 @@ class So101DriverNode(LifecycleNode):
         self._dispatch_log = (DispatchFile(cfg.dispatch_log_path)
                               if cfg.dispatch_log_path else None)
         self._dispatching: tuple[int, int, int] = (0, 0, 0)  # the executor's last action
-        self.chunk_executor = self._make_executor()
+        self.chunk_executor = self._make_chunk_executor()
         self.fault_hook = None  # tests: a callable run in each cycle (e.g. one that raises)
         self.host = So101ControlHost(
             self._make_robot, self.chunk_executor,
@@ -197,10 +197,10 @@ class So101DriverNode(LifecycleNode):
             return {j: per.get(j, glob) for j in JOINT_NAMES if per.get(j, glob) > 0}
         return cfg.max_relative_target_rad or None
 
-    def _make_executor(self) -> ChunkExecutor:
+    def _make_chunk_executor(self) -> ChunkExecutor:
         from lerobot_lang_nodes.so101.units import JointConverter
         units = JointConverter(self.calibration)
-        return make_executor(self.cfg, self.joint_names, self.cfg.ctrl_hz, units.lower_rad,
+        return make_chunk_executor(self.cfg, self.joint_names, self.cfg.ctrl_hz, units.lower_rad,
                              units.upper_rad, on_dispatch=self._on_dispatch)
 
     def _on_dispatch(self, sequence: int, revision: int, step: int, _action) -> None:

@@ -37,7 +37,7 @@ from lerobot_lang_nodes.nodes.diagnostics import make_status
 from lerobot_lang_nodes.nodes.params import (declare_config, ParameterError,
                                              reject_unknown_parameters)
 from lerobot_lang_nodes.so101.calibration import JOINT_NAMES, LEADER_TYPE, load_calibration
-from lerobot_lang_nodes.so101.driver_core import RobotState, So101Config
+from lerobot_lang_nodes.so101.robot import RobotState, So101Config
 from lerobot_lang_nodes.so101.leader_host import (LeaderCycle, LeaderHost, LeaderHostConfig,
                                                   pose_from_joint_state, So101Leader)
 

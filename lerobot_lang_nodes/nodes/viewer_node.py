@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import sys
 import threading
 from dataclasses import dataclass, field, replace
-from typing import Optional
 
 import numpy as np
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
@@ -100,17 +98,17 @@ class ViewerNode(Node):
 
     def __init__(self, **kwargs) -> None:
         super().__init__(NODE_NAME, **kwargs)
-        self.config = cfg = declare_config(self, ViewerConfig)
+        self.cfg = cfg = declare_config(self, ViewerConfig)
         reject_unknown_parameters(self)
         self._lock = threading.Lock()
         # Held for a whole tick, so close() can wait for an in-flight frame before finalising.
         self._tick_lock = threading.Lock()
-        self._frames: dict[str, Optional[np.ndarray]] = {name: None for name in cfg.cameras}
+        self._frames: dict[str, np.ndarray | None] = {name: None for name in cfg.cameras}
         self._labels = cfg.labels() or {}
         self._annotation = Annotation()
-        self._revision: Optional[int] = None
+        self._revision: int | None = None
         self._dirty = False
-        self._last_composite: Optional[np.ndarray] = None
+        self._last_composite: np.ndarray | None = None
         self._closing = False
         self._composer = Composer(height=cfg.view_height or None)
 
@@ -242,11 +240,11 @@ class ViewerNode(Node):
         super().destroy_node()
 
 
-def main(args: Optional[list[str]] = None) -> int:
+def main(args: list[str] | None = None) -> int:
     """Entry point: run the viewer until Ctrl-C; the MP4 is closed on the way out."""
     return run(ViewerNode, args, name=NODE_NAME)
 
 
 if __name__ == '__main__':
-    sys.exit(main())
+    raise SystemExit(main())
 

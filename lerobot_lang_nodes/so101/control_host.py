@@ -33,7 +33,7 @@ import numpy as np
 from lerobot_lang_nodes.core.control_loop import LoopErrors, ThrottledLog, python_logger_emit
 from lerobot_lang_nodes.core.executor import MODE_ACTION, MODE_TELEOP, ChunkExecutor
 from lerobot_lang_nodes.so101 import protocol
-from lerobot_lang_nodes.so101.driver_core import RobotState, So101Robot
+from lerobot_lang_nodes.so101.robot import RobotState, So101Robot
 from lerobot_lang_nodes.so101.errors import (BusError, CalibrationError, FaultLatched,
                                              MotionRefused, NotConnected, PortDisconnected)
 

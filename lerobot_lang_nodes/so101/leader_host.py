@@ -2,7 +2,7 @@
 
 The leader is the arm a person moves by hand. Its six STS3215 servos speak the follower's
 protocol (same model number, other gear ratios), so the leader is the follower's bus code
-(`driver_core.So101Robot`) with LeRobot's leader settings (`So101Leader`): torque off, return
+(`robot.So101Robot`) with LeRobot's leader settings (`So101Leader`): torque off, return
 delay 0, acceleration 254, position mode; nothing else is written to the servos, as LeRobot's
 `so_leader` does. Its calibration is LeRobot's leader JSON
 (<root>/teleoperators/so_leader/<id>.json).
@@ -57,7 +57,7 @@ from lerobot_lang_nodes.core.control_loop import LoopErrors, ThrottledLog, pytho
 from lerobot_lang_nodes.so101 import protocol
 from lerobot_lang_nodes.so101.calibration import JOINT_NAMES
 from lerobot_lang_nodes.so101.control_host import HEALTH, WARN_BITS, DiagStatus
-from lerobot_lang_nodes.so101.driver_core import RobotState, So101Robot
+from lerobot_lang_nodes.so101.robot import RobotState, So101Robot
 from lerobot_lang_nodes.so101.errors import (BusError, CalibrationError, FaultLatched,
                                              MotionRefused, NotConnected, PortDisconnected)
 from lerobot_lang_nodes.so101.registers import (MODE_POSITION, PHASE_ANGLE_FEEDBACK_BIT,

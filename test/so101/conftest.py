@@ -8,7 +8,7 @@ import pytest
 from so101_helpers import make_calibration, MARGIN_MS
 
 from lerobot_lang_nodes.so101.bus import FeetechBus
-from lerobot_lang_nodes.so101.driver_core import So101Config, So101Robot
+from lerobot_lang_nodes.so101.robot import So101Config, So101Robot
 from lerobot_lang_nodes.so101.emulator import ServoBusEmulator
 
 

@@ -17,7 +17,7 @@ from so101_helpers import make_calibration, MARGIN_MS, wait_for
 from lerobot_lang_nodes.core.executor import Chunk, ChunkExecutor, ExecutorConfig
 from lerobot_lang_nodes.so101.calibration import JOINT_NAMES
 from lerobot_lang_nodes.so101.control_host import HostConfig, So101ControlHost
-from lerobot_lang_nodes.so101.driver_core import So101Config, So101Robot
+from lerobot_lang_nodes.so101.robot import So101Config, So101Robot
 from lerobot_lang_nodes.so101.protocol import ErrorBit
 from lerobot_lang_nodes.so101.units import RAD_PER_STEP
 

@@ -17,7 +17,7 @@ from so101_helpers import make_calibration, MARGIN_MS, wait_for
 
 from lerobot_lang_nodes.so101 import protocol
 from lerobot_lang_nodes.so101.calibration import JOINT_NAMES
-from lerobot_lang_nodes.so101.driver_core import So101Config
+from lerobot_lang_nodes.so101.robot import So101Config
 from lerobot_lang_nodes.so101.leader_host import (LeaderHost, LeaderHostConfig,
                                                   pose_from_joint_state, So101Leader)
 from lerobot_lang_nodes.so101.protocol import ErrorBit, Instruction

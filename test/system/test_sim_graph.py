@@ -170,7 +170,7 @@ def test_interjection_from_another_process_replans_and_drops_old_chunks(sim):
     sim.context.wait_for(lambda m: m.task == 'put the green cube in the bowl'
                          and m.subtask.endswith('green cube'), what='green plan', since=n)
     n, outcomes = len(sim.context), len(sim.outcome)
-    said = subprocess.run([sys.executable, '-m', 'lerobot_lang_nodes.cli.main', 'say',
+    said = subprocess.run([sys.executable, '-m', 'lerobot_lang_nodes.cli.main', 'interject',
                            'use the blue cube instead'], env=env, capture_output=True,
                           text=True, timeout=60)
     assert said.returncode == 0, said.stderr

@@ -10,7 +10,8 @@ from so101_helpers import make_calibration, MARGIN_MS, wait_for
 
 from lerobot_lang_nodes.so101.bus import FeetechBus
 from lerobot_lang_nodes.so101.calibration import JOINT_NAMES, load_calibration
-from lerobot_lang_nodes.so101.driver_core import run_calibration, So101Config, So101Robot
+from lerobot_lang_nodes.so101.calibration import run_calibration
+from lerobot_lang_nodes.so101.robot import So101Config, So101Robot
 from lerobot_lang_nodes.so101.emulator import ServoBusEmulator
 from lerobot_lang_nodes.so101.errors import (
     BusTimeout,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 import logging
 import math
@@ -21,13 +21,10 @@ from lerobot_lang_nodes.so101.bus import (
 )
 from lerobot_lang_nodes.so101.calibration import (
     Calibration,
-    FULL_TURN_JOINT,
     GRIPPER,
-    HOMING_OFFSET_LIMIT,
     JOINT_NAMES,
-    MOTOR_IDS,
     MotorCalibration,
-    save_calibration,
+    write_calibration_to_motors,
 )
 from lerobot_lang_nodes.so101.errors import (
     BusError,
@@ -44,7 +41,6 @@ from lerobot_lang_nodes.so101.protocol import ErrorBit
 from lerobot_lang_nodes.so101.registers import (
     CONTROL_TABLE,
     DEFAULT_BAUDRATE,
-    MAX_STEP,
     MODE_POSITION,
     PHASE_ANGLE_FEEDBACK_BIT,
     RETURN_DELAY_UNIT_US,
@@ -525,71 +521,3 @@ class So101Robot:
 
 
 # ---- calibration procedure ------------------------------------------------------------------
-
-
-def write_calibration_to_motors(bus: FeetechBus, calibration: Mapping[str, MotorCalibration]
-                                ) -> None:
-    """Homing_Offset and position limits into EEPROM (torque must be off, Lock 0)."""
-    for cal in calibration.values():
-        bus.write(cal.id, 'Homing_Offset', cal.homing_offset, check_errors=False)
-        bus.write(cal.id, 'Min_Position_Limit', cal.range_min, check_errors=False)
-        bus.write(cal.id, 'Max_Position_Limit', cal.range_max, check_errors=False)
-
-
-def run_calibration(bus: FeetechBus, wait_for_user: Callable[[str], None],
-                    recording_done: Callable[[Mapping[str, int]], bool], *,
-                    robot_id: str | None = None, path: str | None = None,
-                    sample_period_s: float = 0.02,
-                    motor_ids: Mapping[str, int] = MOTOR_IDS) -> Calibration:
-    """LeRobot's SO-101 calibration: torque off, middle pose -> homing offsets, ranges.
-
-    `wait_for_user(message)` blocks until the operator has done what the message asks;
-    `recording_done(positions)` is polled with each sample of the range recording and returns
-    True to stop. With `robot_id` or `path` the result is saved as LeRobot JSON.
-    """
-    ids = dict(motor_ids)
-    for servo_id in ids.values():
-        bus.write(servo_id, 'Torque_Enable', 0, check_errors=False)
-        bus.write(servo_id, 'Lock', 0, check_errors=False)
-        bus.write(servo_id, 'Operating_Mode', MODE_POSITION, check_errors=False)
-    wait_for_user('Move the arm to the middle of its range of motion, then confirm.')
-    for servo_id in ids.values():  # offsets are computed on the raw encoder angle
-        bus.write(servo_id, 'Homing_Offset', 0, check_errors=False)
-        bus.write(servo_id, 'Min_Position_Limit', 0, check_errors=False)
-        bus.write(servo_id, 'Max_Position_Limit', MAX_STEP, check_errors=False)
-    raw = bus.sync_read(ids.values(), 'Present_Position', check_errors=False)
-    offsets = {m: raw[i] - MAX_STEP // 2 for m, i in ids.items()}
-    bad = {m: o for m, o in offsets.items() if abs(o) > HOMING_OFFSET_LIMIT}
-    if bad:
-        raise CalibrationError(f'homing offsets {bad} exceed +-{HOMING_OFFSET_LIMIT}; move those '
-                               'joints closer to the middle of their range and calibrate again')
-    for m, i in ids.items():
-        bus.write(i, 'Homing_Offset', offsets[m], check_errors=False)
-    wait_for_user(f"Move every joint except '{FULL_TURN_JOINT}' through its entire range of "
-                  'motion; recording until you confirm.')
-    recorded = [m for m in ids if m != FULL_TURN_JOINT]
-    first = bus.sync_read([ids[m] for m in recorded], 'Present_Position', check_errors=False)
-    mins = {m: first[ids[m]] for m in recorded}
-    maxes = dict(mins)
-    while True:
-        now = bus.sync_read([ids[m] for m in recorded], 'Present_Position', check_errors=False)
-        positions = {m: now[ids[m]] for m in recorded}
-        for m, p in positions.items():
-            mins[m] = min(mins[m], p)
-            maxes[m] = max(maxes[m], p)
-        if recording_done(positions):
-            break
-        time.sleep(sample_period_s)  # sampling period of a human moving joints
-    same = [m for m in recorded if mins[m] == maxes[m]]
-    if same:
-        raise CalibrationError(f'joints {same} did not move during range recording (min == max);'
-                               ' move each of them through its whole range and calibrate again')
-    if FULL_TURN_JOINT in ids:
-        mins[FULL_TURN_JOINT], maxes[FULL_TURN_JOINT] = 0, MAX_STEP
-    calibration = {m: MotorCalibration(id=i, drive_mode=0, homing_offset=offsets[m],
-                                       range_min=mins[m], range_max=maxes[m])
-                   for m, i in ids.items()}
-    write_calibration_to_motors(bus, calibration)
-    if robot_id is not None or path is not None:
-        save_calibration(calibration, robot_id=robot_id, path=path)
-    return calibration
