@@ -40,6 +40,8 @@ setup(
             # planner + policy in one process (graph.composed; `lerobot-lang sim --composed`).
             'planner_policy = lerobot_lang_nodes.nodes.composed_node:main',
             'recorder = lerobot_lang_nodes.nodes.recorder_node:main',
+            # The scripted expert as a human operator (DAgger in simulation).
+            'virtual_operator = lerobot_lang_nodes.nodes.virtual_operator_node:main',
         ],
         # Runtime adapters of other packages, by LeRobot policy type (hierarchical/registry.py):
         # `my_policy = "my_package.adapter:MyPolicyAdapter"` in that package's metadata.

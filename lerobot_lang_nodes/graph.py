@@ -287,6 +287,10 @@ LAUNCH_ARGUMENTS = (
     LaunchArgument('record', 'also start the recorder node (rosbag2 MCAP of the session)',
                    'false', choices=_BOOL),
     LaunchArgument('record_dir', 'folder the recorder writes its bags into', 'recordings'),
+    LaunchArgument('virtual_operator', 'also start the virtual operator: the scripted expert '
+                   'takes over from a straying policy (/takeover, leader/joint_states) and hands '
+                   'back once the subtask is done, recorded as a human\'s correction (DAgger; '
+                   'MuJoCo only)', 'false', graphs=('sim',), choices=_BOOL),
     # Two computers (README "Two computers"): the robot side without the policy (and maybe
     # the planner), the policy computer with graph `policy`.
     LaunchArgument('without', 'nodes another computer runs, comma-separated (policy, planner): '
@@ -346,6 +350,10 @@ def model_overrides(policy_path: str = '', policy_backend: str = '', planner_mod
 
 
 RECORDER = NodeSpec('recorder', 'lerobot_lang_nodes.nodes.recorder_node', required=False)
+# DAgger in simulation: the scripted expert takes over from a straying policy through the
+# takeover path a human uses (MuJoCo tabletop only: it reads that scene's ground truth).
+VIRTUAL_OPERATOR = NodeSpec('virtual_operator', 'lerobot_lang_nodes.nodes.virtual_operator_node',
+                            required=False, use_sim_time=True)
 
 
 @dataclass(frozen=True)
@@ -437,6 +445,12 @@ def launch_plan(graph_name: str, values: dict[str, str],
         for node, node_values in leader_parameters(v['leader_port'],
                                                    v['leader_calibration']).items():
             params.setdefault(node, {}).setdefault('ros__parameters', {}).update(node_values)
+    if _truthy(v.get('virtual_operator', 'false')):
+        if nodes_of != 'sim':
+            raise ValueError('virtual_operator:=true needs the MuJoCo tabletop (simulator:='
+                             f'mujoco): its expert reads that scene\'s ground truth, not '
+                             f'{v["simulator"]}\'s')
+        specs.append(VIRTUAL_OPERATOR)
     if _truthy(v['record']):
         specs.append(RECORDER)
         params.setdefault('recorder', {}).setdefault('ros__parameters', {})['output_dir'] = str(

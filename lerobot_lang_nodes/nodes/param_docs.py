@@ -28,6 +28,7 @@ NODE_CONFIGS = {
     'camera': 'lerobot_lang_nodes.nodes.camera_node:CameraConfig',
     'viewer': 'lerobot_lang_nodes.nodes.viewer_node:ViewerConfig',
     'recorder': 'lerobot_lang_nodes.nodes.recorder_node:RecorderConfig',
+    'virtual_operator': 'lerobot_lang_nodes.nodes.virtual_operator_node:VirtualOperatorConfig',
 }
 
 

@@ -68,6 +68,12 @@ class ScriptedExpert:
         self._start: np.ndarray | None = None
         self._plain = np.empty((0, len(JOINT_NAMES)))
 
+    @property
+    def last_plan(self) -> np.ndarray:
+        """The last chunk's targets without the gravity offset (where the arm should be, one
+        row per control tick; empty before the first chunk)."""
+        return self._plain.copy()
+
     def reset(self) -> None:
         """Forget per-episode choices (call after a scene reset)."""
         self._mem = _Memory()

@@ -263,3 +263,48 @@ def advance(plan: list[Subtask], index: int, gt: dict[str, Any]) -> int:
         or (action == 'release' and not cube['in_gripper'] and not cube['in_bowl']
             and cube['on_table']))
     return infer_subtask_index(plan, gt) if lost else index
+
+
+def subtask_progress(subtask: Subtask, gt: dict[str, Any]) -> float | None:
+    """A measure toward ``subtask``'s goal that shrinks as the arm gets there (None: none).
+
+    Metres for the cube subtasks (reach: grasp point to cube; lift: the cube's height still
+    missing; move over: the held cube's horizontal distance to the bowl plus its height below
+    the rim), radians of the gripper's opening for grasp / close (closing) and release / open
+    (opening). A watcher judges progress by its drops (core/virtual_operator.py).
+    """
+    grip = gt['gripper']
+    opening = float(grip['opening_rad'])
+    if subtask.action in ('grasp', 'close_gripper'):
+        return opening
+    if subtask.action in ('release', 'open_gripper'):
+        return -opening
+    if subtask.action == 'home':
+        return None
+    cube = _cube(gt, subtask.colour)
+    pos = cube['position']
+    if subtask.action == 'reach':
+        return math.dist(grip['grasp_point'], pos)
+    if subtask.action == 'lift':
+        return max(0.0, gt['table_height'] + LIFT_HEIGHT - pos[2])
+    if subtask.action == 'move_over':
+        bowl = gt['bowl']
+        rim_top = bowl['position'][2] + bowl['rim_height']
+        return (math.hypot(pos[0] - bowl['position'][0], pos[1] - bowl['position'][1])
+                + max(0.0, rim_top - (pos[2] - cube['size'] / 2)))
+    raise ValueError(f'unknown subtask action {subtask.action!r}; use one of {SUBTASK_ACTIONS}')
+
+
+def cube_dropped(before: dict[str, Any] | None, gt: dict[str, Any]) -> str:
+    """The colour of a cube held in ``before`` that has left the gripper and lies on the table
+    in ``gt`` ('' when none): a drop, not a release over the bowl. ``before`` is the last state
+    with a cube held, so a contact flickering for one step while carrying is no drop."""
+    if not before:
+        return ''
+    held = before['gripper'].get('holding')
+    if not held or gt['gripper'].get('holding') == held:
+        return ''
+    cube = gt['objects'].get(f'{held}_cube')
+    if cube is None or cube['in_gripper'] or cube['in_bowl'] or not cube['on_table']:
+        return ''
+    return held
