@@ -5,9 +5,9 @@ Frames are resampled at ``--fps`` with the rule "last value at or before each ti
 memory, interjections, speech and VQA exchanges of the session (recording/language.py).
 
 `lerobot-lang annotate BAG... OUT_DIR --planner-backend ...` is the same export whose subtask,
-plan and memory rows come from a planner backend run offline over the recorded frames
-(recording/annotate.py) instead of the recorded /language_context: a teleoperated
-demonstration becomes a language-annotated one.
+plan and memory rows (and the replies to recorded interjections) come from a planner backend
+run offline over the recorded frames (recording/annotate.py) instead of the recorded planner's
+/language_context and /speech: a teleoperated demonstration becomes a language-annotated one.
 """
 
 from __future__ import annotations
@@ -65,7 +65,8 @@ def add_arguments(name: str, p: argparse.ArgumentParser) -> None:
 
 def add_annotate_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group('annotation (the planner run offline over the recording; its '
-                             'subtask, plan and memory replace any recorded language context)')
+                             'subtasks, plans, memory and replies to the recorded '
+                             'interjections replace any recorded planner\'s)')
     g.add_argument('--planner-backend', default='scripted', choices=known('planner'),
                    help='scripted: from the recorded simulator ground truth (sim only); '
                         'transformers: a vision-language model on the recorded camera images; '

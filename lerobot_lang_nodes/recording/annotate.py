@@ -8,7 +8,8 @@ seen at that time (the latest camera frames, the simulator's ground truth, the j
 the language state so far), and returns the language states as (time, style, content) rows:
 the rows a recorded /language_context gives the export (recording/language.py). A row is
 placed at the time of the observation it was decided from (offline there is no generation
-latency to add).
+latency to add). The operator's recorded interjections are answered again by this planner
+(its plan and speech replace the recorded planner's).
 
 Tasks come from the recording (its /task messages, language contexts or episode marks) or
 one given task; a scene reset (a new simulator seed) or a new episode starts the task over
@@ -71,6 +72,7 @@ class Annotation:
     """What the pass produced: the language states and how the looks went."""
 
     states: list[tuple[float, str, str]] = field(default_factory=list)
+    speech: list[tuple[float, str]] = field(default_factory=list)  # replies to interjections
     looks: int = 0
     failures: dict[str, int] = field(default_factory=dict)
 
@@ -139,20 +141,26 @@ def rate_of(opt: AnnotateOptions) -> float:
 
 def annotate(planner: Any, ticks: np.ndarray, tasks: Sequence[tuple[float, str]],
              restarts: Sequence[float], observe: Observe,
-             progress: Callable[[int, int], Any] | None = None) -> Annotation:
+             progress: Callable[[int, int], Any] | None = None,
+             interjections: Sequence[tuple[float, str]] = ()) -> Annotation:
     """Run ``planner`` (a HighLevelPlanner) once at each tick; the language states it holds.
 
     ``tasks``: (time, task) sorted, the first one also holds before its time; ``restarts``:
-    times at which the task starts over (a new scene, a new episode). ``progress(1, n)``
+    times at which the task starts over (a new scene, a new episode). ``interjections``: the
+    operator's, each answered at the first tick at or after it as the live planner answers
+    one (a new plan and speech, then the subtask at once); its speech is at the
+    interjection's time. ``observe`` is called once per tick, in order. ``progress(1, n)``
     after each of the n ticks (a model's look can take seconds).
     """
     out = Annotation()
     task_t = [t for t, _ in tasks]
     restarts = sorted(restarts)
-    r = 0
+    pending = sorted(interjections, key=lambda x: x[0])
+    r = i = 0
     current: str | None = None
     prev = dict.fromkeys(PERSISTENT, '')
     for k, t in enumerate(np.asarray(ticks, dtype=np.float64)):
+        t = float(t)
         j = bisect.bisect_right(task_t, t) - 1
         task = tasks[max(j, 0)][1].strip() if tasks else ''
         restart = False
@@ -161,9 +169,24 @@ def annotate(planner: Any, ticks: np.ndarray, tasks: Sequence[tuple[float, str]]
         if task != current or (restart and current is not None):
             planner.set_task(task, restart=restart)
             current = task
-        if task:
-            planner.regenerate(float(t), observe(k, float(t), planner.state.snapshot()))
-            out.looks += 1
+        obs = dict(observe(k, t, planner.state.snapshot()))
+        replanned = False
+        while i < len(pending) and pending[i][0] <= t:
+            t_i, text = pending[i]
+            i += 1
+            if not task:
+                continue
+            obs['language'] = planner.state.snapshot()
+            plan, speech = planner.interject(text, obs)
+            if speech:
+                out.speech.append((t_i, speech))
+            if plan:
+                obs['language'] = planner.state.snapshot()
+                planner.regenerate(t, obs, flush=True)
+                replanned = True
+        if task and not replanned:
+            planner.regenerate(t, obs)
+        out.looks += bool(task)
         snap = planner.state.snapshot()
         for style in PERSISTENT:
             value = getattr(snap, style)

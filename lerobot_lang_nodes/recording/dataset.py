@@ -17,9 +17,10 @@ A teleoperated demonstration without any action chunk exports too: its action is
 pose (and without runtime_status every frame is a human's).
 
 Post-hoc language (``ExportOptions.annotate``, `lerobot-lang annotate`): a planner backend run
-offline over the recording (recording/annotate.py) gives the subtask, plan and memory rows;
-they replace the recorded /language_context ones and enter where those would, so the rest of
-the export (interjections, speech, VQA, episodes) is unchanged.
+offline over the recording (recording/annotate.py) gives the subtask, plan and memory rows and
+the speech answering the recorded interjections; they replace the recorded planner's
+(/language_context, /speech) and enter where those would, so the rest of the export
+(interjections, VQA, episodes) is unchanged.
 
 Session clock: when the recorder's clock agrees with the publishers' header stamps (sim time
 recorded with `use_sim_time`, or wall time on the real robot), stamped messages (images, joint
@@ -109,8 +110,8 @@ class ExportOptions:
     # joint_states, or the RoboCasa bridge's 16-D robot_state.
     state_topic: str = 'joint_states'
     # Post-hoc language (recording/annotate.py AnnotateOptions): a planner backend run
-    # offline over the recording gives the subtask, plan and memory rows, replacing the
-    # recorded /language_context ones; None: the recorded ones.
+    # offline over the recording gives the subtask, plan and memory rows and the speech
+    # answering interjections, replacing the recorded planner's; None: the recorded ones.
     annotate: Any = None
 
     def __post_init__(self) -> None:
@@ -634,7 +635,8 @@ class Exporter:
         return sorted(tasks, key=lambda x: x[0])
 
     def annotate_language(self, s: Session, ticks: np.ndarray) -> None:
-        """Replace the session's subtask, plan and memory states by the annotation's."""
+        """Replace the session's subtask, plan and memory states and the planner's speech by
+        the annotation's (the operator's interjections are kept, and answered again)."""
         from lerobot_lang_nodes.recording import annotate
         opt = self.opt.annotate
         wants_truth, cameras = self.annotation_needs
@@ -687,7 +689,7 @@ class Exporter:
         try:
             result = annotate.annotate(planner, looks, tasks, list(s.resets) + [
                 t for t, e in s.marks if e.get('event') == 'episode'], observe,
-                self.annotation_progress)
+                self.annotation_progress, s.language.interjections)
         finally:
             for _idx, stream in streams.values():
                 stream.close()
@@ -699,11 +701,13 @@ class Exporter:
             self.warnings.append(f'annotation: {failed} failed generation(s) '
                                  f'{result.failures} of {result.looks} looks; the previous '
                                  'text stayed')
-        if s.language.states:
-            self.warnings.append(f'annotation: the recorded language context '
-                                 f'({len(s.language.states)} subtask, plan and memory changes) '
-                                 f'is replaced by the {opt.backend} planner\'s')
+        if s.language.states or s.language.speech:
+            self.warnings.append(f'annotation: the recorded planner\'s language '
+                                 f'({len(s.language.states)} subtask, plan and memory changes, '
+                                 f'{len(s.language.speech)} speech) is replaced by the '
+                                 f'{opt.backend} planner\'s')
         s.language.states = result.states
+        s.language.speech = result.speech
 
     # -- pass 2 and writing ------------------------------------------------------------------
 

@@ -29,6 +29,9 @@ PHASE_FRAMES = 20  # frames of each phase of the demonstration
 # What the scripted planner answers in each phase of the demonstration below.
 SUBTASKS = ['reach the red cube', 'grasp the red cube', 'lift the red cube',
             'move the red cube over the bowl']
+# In a fifth phase (the cube still held up) the operator interjects.
+INTERJECTION = 'use the blue cube instead'
+PHASES = len(SUBTASKS) + 1
 
 
 @pytest.fixture(scope='module')
@@ -111,6 +114,26 @@ def test_a_reset_starts_the_task_over_and_no_task_means_no_look(base_truth):
     assert none.looks == 0 and none.states == []
 
 
+def test_interjections_are_answered_again_at_the_next_look(base_truth):
+    ticks = np.arange(0.0, 2.0, 0.5)
+    looked = []
+
+    def observe(k, t, language):
+        looked.append(k)
+        return {'ground_truth': phase_truth(base_truth, 0), 'language': language}
+
+    out = annotate.annotate(_planner(), ticks, [(0.0, TASK)], [], observe,
+                            interjections=[(0.7, INTERJECTION), (0.9, 'hello there')])
+    assert looked == [0, 1, 2, 3]  # once per tick: the image streams advance with it
+    assert out.speech == [(0.7, 'OK, I will put the blue cube in the bowl instead.'),
+                          (0.9, 'Sorry, I can only change which cube to use, e.g. "use the '
+                                'blue cube instead".')]
+    # Answered at the tick after it (1.0 s): the new plan and its first subtask.
+    assert [(t, s, c) for t, s, c in out.states if t == 1.0] == [
+        (1.0, 'subtask', 'reach the blue cube'), (1.0, 'plan', 'put the blue cube in the bowl'),
+        (1.0, 'memory', 'reached the red cube')]  # the scripted planner's note of the change
+
+
 def test_unknown_backends_and_missing_models_are_refused_clearly(tmp_path):
     with pytest.raises(annotate.AnnotationError, match=r"unknown planner backend 'gpt'; known: "
                                                        r"\['hierarchical', 'scripted'"):
@@ -132,7 +155,8 @@ def test_unknown_backends_and_missing_models_are_refused_clearly(tmp_path):
 def demonstration(launch_node, probe, tmp_path, base_truth):
     """A human demonstrates the task with the leader arm; no planner and no policy run: the
     recorder gets cameras, joint states, the leader, runtime_status (control_source human),
-    the task and the simulator's ground truth, which moves through four phases."""
+    the task and the simulator's ground truth, which moves through four phases, then holds
+    while the operator interjects."""
     from sensor_msgs.msg import Image, JointState
     from std_msgs.msg import String
 
@@ -143,7 +167,8 @@ def demonstration(launch_node, probe, tmp_path, base_truth):
     out = tmp_path / 'bags'
     proc = launch_node(MODULE, params={
         'output_dir': str(out), 'cameras': ['front'], 'flush_period_s': 0.2,
-        'topics': ['joint_states', 'runtime_status', 'task', 'sim/ground_truth']})
+        'topics': ['joint_states', 'runtime_status', 'task', 'interjection',
+                   'sim/ground_truth']})
     pubs = {
         'image': probe.publisher(Image, 'cameras/front/image_raw', qos.SENSOR),
         'joints': probe.publisher(JointState, 'joint_states', qos.SENSOR),
@@ -151,6 +176,7 @@ def demonstration(launch_node, probe, tmp_path, base_truth):
         'status': probe.publisher(RuntimeStatus, 'runtime_status', qos.STATUS),
         'truth': probe.publisher(String, 'sim/ground_truth', qos.SENSOR),
         'task': probe.publisher(String, 'task', qos.LATCHED),
+        'interjection': probe.publisher(String, 'interjection', qos.COMMAND),
     }
     pubs['task'].publish(String(data=TASK))
     wait_until(lambda: all(p.get_subscription_count() for p in pubs.values()), 30.0,
@@ -159,11 +185,13 @@ def demonstration(launch_node, probe, tmp_path, base_truth):
     truths = [json.dumps(phase_truth(base_truth, p)) for p in range(len(SUBTASKS))]
     period = 1.0 / FPS
     start = time.monotonic()
-    for k in range(PHASE_FRAMES * len(SUBTASKS)):
+    for k in range(PHASE_FRAMES * PHASES):
         delay = start + k * period - time.monotonic()
         if delay > 0:
             time.sleep(delay)
-        phase = k // PHASE_FRAMES
+        phase = min(k // PHASE_FRAMES, len(SUBTASKS) - 1)
+        if k == PHASE_FRAMES * len(SUBTASKS):
+            pubs['interjection'].publish(String(data=INTERJECTION))
         stamp = clock.now().to_msg()
         status = RuntimeStatus(mode='teleop', control_source='human', control_period_s=period)
         status.header.stamp = stamp
@@ -199,6 +227,13 @@ def _language(root, repo_id):
     return ds, rows, frames
 
 
+def _events(root):
+    """{frame index: its language_events} of the frames that have any."""
+    import pyarrow.parquet as pq
+    rows = pq.read_table(root / 'data/chunk-000/file-000.parquet').to_pylist()
+    return {r['frame_index']: r['language_events'] for r in rows if r['language_events']}
+
+
 def _runs(values):
     return [(i, v) for i, v in enumerate(values) if i == 0 or v != values[i - 1]]
 
@@ -218,6 +253,8 @@ def test_a_teleoperated_demonstration_gets_the_scripted_planners_subtasks(demons
                                  min_episode_s=0.5))
     _ds, rows, _frames = _language(plain.root, 'test/plain')
     assert rows == []
+    ((_frame, events),) = _events(plain.root).items()  # the interjection, unanswered
+    assert [e['style'] for e in events] == ['interjection']
 
     assert main(['annotate', str(demonstration), str(tmp_path / 'annotated'),
                  '--repo-id', 'test/annotated', '--planner-backend', 'scripted',
@@ -229,18 +266,30 @@ def test_a_teleoperated_demonstration_gets_the_scripted_planners_subtasks(demons
     assert np.allclose(first['action'].numpy(), first['observation.state'].numpy())  # leader
     assert 'language_events' in first
     subtasks = _runs([f['subtask'] for f in frames])
-    assert [v for _i, v in subtasks] == SUBTASKS, subtasks
+    # The interjection re-plans onto the blue cube, which is still on the table.
+    assert [v for _i, v in subtasks] == SUBTASKS + ['reach the blue cube'], subtasks
     # Each subtask starts with its phase: at the planner's first look (5 Hz: every 3 frames at
     # 15 fps) after the world changed, give or take a frame the recording may miss. The
-    # ground truth is unstamped, placed at its arrival at the recorder: on a loaded machine
-    # up to a few hundred milliseconds after the frame it goes with.
-    for (i, _v), phase in zip(subtasks[1:], range(1, len(SUBTASKS))):
+    # ground truth and the interjection are unstamped, placed at their arrival at the
+    # recorder: on a loaded machine up to a few hundred milliseconds after their frame.
+    for (i, _v), phase in zip(subtasks[1:], range(1, PHASES)):
         assert phase * PHASE_FRAMES - 2 <= i <= phase * PHASE_FRAMES + 9, subtasks
     memory = _runs([f['memory'] for f in frames])
-    assert [v for _i, v in memory] == [
+    assert [v for _i, v in memory[:4]] == [
         None, 'reached the red cube', 'reached the red cube; the red cube is grasped',
         'reached the red cube; the red cube is grasped; the red cube is lifted'], memory
     assert [i for i, _v in memory[1:]] == [i for i, _v in subtasks[1:]]
+    # The interjection's frame holds it, the planner's spoken reply and its new plan; the new
+    # subtask follows at the look that answered it (the next, within 3 frames).
+    (frame, events), = _events(tmp_path / 'annotated').items()
+    assert 0 <= subtasks[-1][0] - frame <= 3, (frame, subtasks)
+    assert {(e['role'], e['style'], e['content']) for e in events} == {
+        ('user', 'interjection', INTERJECTION), ('assistant', None, None)}
+    say = next(e for e in events if e['role'] == 'assistant')['tool_calls'][0]['function']
+    assert say == {'name': 'say', 'arguments': {
+        'text': 'OK, I will put the blue cube in the bowl instead.'}}
+    plans = [(r['content'], r['timestamp']) for r in rows if r['style'] == 'plan']
+    assert plans == [('put the blue cube in the bowl', pytest.approx(frame / FPS, abs=1e-4))]
 
 
 def test_the_annotation_refuses_a_recording_without_what_the_backend_needs(tmp_path, capsys):
@@ -308,8 +357,8 @@ def test_a_vision_language_planner_annotates_from_the_recorded_images(demonstrat
 
 @pytest.mark.slow
 def test_a_hierarchical_checkpoint_annotates_with_its_text_head(demonstration, tmp_path):
-    """The two-head checkpoint's text head, trained on the task: its subtask and the memory
-    note it writes when the subtask changes, from the first frame on."""
+    """The two-head checkpoint's text head, trained on the task and on the interjection:
+    its subtask and memory from the first frame on, and its answer to the interjection."""
     from lerobot_lang_nodes.testing import require_ml
     require_ml('lerobot')
     from lerobot_lang_nodes.cli.main import main
@@ -320,8 +369,21 @@ def test_a_hierarchical_checkpoint_annotates_with_its_text_head(demonstration, t
                  '--repo-id', 'test/two_head', '--fps', str(FPS), '--episodes-by', 'whole',
                  '--min-episode', '0.5', '--no-progress', '--planner-backend', 'hierarchical',
                  '--planner-model', str(model), '--planner-device', 'cpu', '--rate', '2',
-                 '--task', two_head.TASK]) == 0
+                 '--task', two_head.TASK,
+                 # its tokens are bytes: room for the longest reply (the interjection's)
+                 '--planner-param', 'max_new_tokens=96']) == 0
     _ds, rows, frames = _language(tmp_path / 'annotated', 'test/two_head')
+    (frame, events), = _events(tmp_path / 'annotated').items()
+    subtasks = _runs([f['subtask'] for f in frames])
+    assert [v for _i, v in subtasks] == [two_head.SUBTASK, two_head.NEW_SUBTASK], subtasks
+    changed = subtasks[1][0]
+    assert 0 <= changed - frame <= 8, (frame, subtasks)  # the next look at 2 Hz
+    at, then = (pytest.approx(i / FPS, abs=1e-4) for i in (frame, changed))
+    # The text head's script: its subtask and memory, then the interjection's re-plan and
+    # spoken reply (on the interjection's frame) and the new subtask and memory.
     assert sorted((r['style'], r['content'], r['timestamp']) for r in rows) == [
-        ('memory', two_head.MEMORY, 0.0), ('subtask', two_head.SUBTASK, 0.0)]
-    assert {f['subtask'] for f in frames} == {two_head.SUBTASK}
+        ('memory', two_head.MEMORY, 0.0), ('memory', two_head.NEW_MEMORY, then),
+        ('plan', two_head.NEW_PLAN, at),
+        ('subtask', two_head.NEW_SUBTASK, then), ('subtask', two_head.SUBTASK, 0.0)]
+    say = next(e for e in events if e['role'] == 'assistant')['tool_calls'][0]['function']
+    assert say['arguments'] == {'text': two_head.SPEECH}
