@@ -59,6 +59,27 @@ SIMULATORS = {'mujoco': ('sim', ''), 'robocasa': ('robocasa', 'robocasa'),
               'robosuite': ('robocasa', 'robosuite'), 'standin': ('robocasa', 'standin')}
 ROBOCASA_VENV_ENV = 'LEROBOT_LANG_ROBOCASA_VENV'
 
+# The simulated graphs' camera list is set once, on the simulator: the nodes that look at
+# its cameras follow it unless their own block names a list.
+CAMERA_FOLLOWERS = ('planner', 'policy', 'viewer', 'recorder')
+
+
+def fan_out_cameras(params: dict, nodes_of: str) -> None:
+    """Give ``CAMERA_FOLLOWERS`` the simulator's `cameras` (its block's, else its default)
+    where their blocks set none (``params``: plain node keys, changed in place)."""
+    if nodes_of == 'sim':
+        from lerobot_lang_nodes.core.images import SO101_CAMERAS as default
+        bridge = 'sim_bridge'
+    elif nodes_of == 'robocasa':
+        from lerobot_lang_nodes.robocasa.layout import DEFAULT_CAMERAS as default
+        bridge = ROBOCASA_BRIDGE.name
+    else:
+        return  # the real graph's list is the robot YAML's (real_config)
+    cameras = list(params.get(bridge, {}).get('ros__parameters', {}).get('cameras', default))
+    for node in CAMERA_FOLLOWERS:
+        params.setdefault(node, {}).setdefault('ros__parameters', {}).setdefault(
+            'cameras', list(cameras))
+
 # The SO-101 leader arm (human in the loop): optional in the sim and real graphs; its death
 # does not stop the graph (the follower holds on a silent leader).
 LEADER = NodeSpec('so101_leader', 'lerobot_lang_nodes.nodes.so101_leader_node', required=False)
@@ -429,6 +450,7 @@ def launch_plan(graph_name: str, values: dict[str, str],
         params = plain_keys(yaml.safe_load(params_file.read_text(encoding='utf-8')) or {})
         for node, node_values in overrides.items():
             params.setdefault(node, {}).setdefault('ros__parameters', {}).update(node_values)
+        fan_out_cameras(params, nodes_of)
     if v['task']:
         params.setdefault('planner', {}).setdefault('ros__parameters', {})['task'] = v['task']
     if v['viewer_port']:

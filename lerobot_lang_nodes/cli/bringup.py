@@ -52,6 +52,11 @@ def add_arguments(command: str, parser: argparse.ArgumentParser) -> None:
                                  'the bridge\'s environment, scripts/setup.sh --robocasa); '
                                  'robosuite / standin: the same bridge on a stock robosuite '
                                  'scene / on the stand-in of RoboCasa\'s environment')
+        parser.add_argument('--virtual-operator', action='store_true',
+                            help='start the virtual operator (MuJoCo tabletop): the scripted '
+                                 'expert takes over from a straying policy through /takeover, '
+                                 'drives leader/joint_states and hands back once the subtask '
+                                 'is done, recorded as a human\'s correction (DAgger)')
     if command in ('sim', 'real'):
         leader = parser.add_argument_group('leader arm (human in the loop)')
         leader.add_argument('--leader-port', default='', metavar='DEVICE',
@@ -241,6 +246,11 @@ def _node_specs(command: str, args: argparse.Namespace,
         specs = [s for s in specs if s.name != 'viewer']
     if getattr(args, 'leader_port', ''):
         specs.append(graph.LEADER)
+    if getattr(args, 'virtual_operator', False):
+        if graph_name(command, args) != 'sim':
+            raise ValueError('--virtual-operator needs the MuJoCo tabletop (--simulator '
+                             'mujoco): its expert reads that scene\'s ground truth')
+        specs.append(graph.VIRTUAL_OPERATOR)
     if getattr(args, 'record', False):
         specs.append(graph.RECORDER)
     return specs
@@ -292,6 +302,14 @@ def apply_overrides(params_file: Path, overrides: dict[str, dict[str, object]]) 
         f.write(f'# {params_file} with the command line model options\n')
         yaml.safe_dump(params, f, sort_keys=False)
     return Path(name)
+
+
+def sim_parameters(command: str, args: argparse.Namespace, params_file: Path) -> dict:
+    """A simulated graph's parameters: the params file with the model options, and the
+    simulator's camera list fanned out as the launch files' plan does."""
+    params = graph.plain_keys(with_overrides(params_file, model_overrides(args, command)))
+    graph.fan_out_cameras(params, graph_name(command, args))
+    return params
 
 
 def session_dir(args: argparse.Namespace) -> Path:
@@ -371,7 +389,7 @@ def run(command: str, args: argparse.Namespace) -> int:
         cameras = tuple(robot['cameras'])
         source = f'{args.robot_yaml} + {params_file}'
     else:
-        params = with_overrides(params_file, model_overrides(args, command))
+        params = sim_parameters(command, args, params_file)
         source = str(params_file)
     if args.task is None:
         args.task = {'sim': DEFAULT_SIM_TASK, 'robocasa': SCENE_TASK}.get(

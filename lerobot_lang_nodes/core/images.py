@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
+# The SO-101 graphs' two views (the simulator's, the robot YAML example's, LeRobot SO-101
+# datasets' front and wrist): the one default of every node's `cameras` list.
+SO101_CAMERAS: tuple[str, ...] = ('front', 'wrist')
+
 # encoding -> (channels, reorder to RGB)
 _ENCODINGS = {'rgb8': (3, None), 'bgr8': (3, [2, 1, 0]), 'mono8': (1, None),
               'rgba8': (4, [0, 1, 2]), 'bgra8': (4, [2, 1, 0])}

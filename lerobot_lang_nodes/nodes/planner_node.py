@@ -31,6 +31,7 @@ from lerobot_lang_msgs.action import RunTask
 from lerobot_lang_msgs.msg import ActionChunk, LanguageContext, RuntimeStatus, TaskOutcome
 from lerobot_lang_msgs.srv import AskVqa
 from lerobot_lang_nodes import paths
+from lerobot_lang_nodes.core.images import SO101_CAMERAS
 from lerobot_lang_nodes.backends.registry import known, load_backend
 from lerobot_lang_nodes.core import planner_state, prompts
 from lerobot_lang_nodes.core.high_level import HighLevelConfig, HighLevelPlanner
@@ -124,7 +125,7 @@ class PlannerConfig:
         'doc': 'Generation temperature; 0 = greedy.', 'range': (0.0, 10.0)})
     top_p: float = field(default=1.0, metadata={
         'doc': 'Generation nucleus sampling mass; 1 disables.', 'range': (0.0, 1.0)})
-    cameras: tuple[str, ...] = field(default=('front', 'wrist'), metadata={
+    cameras: tuple[str, ...] = field(default=SO101_CAMERAS, metadata={
         'doc': 'Cameras whose latest frame the planner keeps for generation and VQA.'})
     default_camera: str = field(default='front', metadata={
         'doc': 'Camera used by VQA when the request names none.'})

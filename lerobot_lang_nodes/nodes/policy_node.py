@@ -30,6 +30,7 @@ from sensor_msgs.msg import JointState
 from std_msgs.msg import String
 
 from lerobot_lang_msgs.msg import ActionChunk, LanguageContext, RuntimeStatus
+from lerobot_lang_nodes.core.images import SO101_CAMERAS
 from lerobot_lang_nodes.backends.registry import BackendNotFound, load_backend
 from lerobot_lang_nodes.core.inference_file import InferenceFile
 from lerobot_lang_nodes.core.policy_session import (Inference, Joints, PolicySession,
@@ -106,7 +107,7 @@ class PolicyConfig:
     state_topic: str = field(default='joint_states', metadata={
         'doc': 'JointState topic of the robot state given to the policy (names and position): '
                'joint_states of the SO-101, e.g. robot_state of the RoboCasa bridge.'})
-    cameras: tuple[str, ...] = field(default=('front', 'wrist'), metadata={
+    cameras: tuple[str, ...] = field(default=SO101_CAMERAS, metadata={
         'doc': 'Cameras whose latest frames are given to the policy.'})
     image_topic_pattern: str = field(default='cameras/{name}/image_raw', metadata={
         'doc': 'Image topic of each camera; {name} is replaced by the camera name.'})

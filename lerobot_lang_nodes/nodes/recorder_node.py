@@ -26,6 +26,7 @@ from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
 from std_srvs.srv import Trigger
 
+from lerobot_lang_nodes.core.images import SO101_CAMERAS
 from lerobot_lang_nodes.nodes.commands import CommandSubscription
 from lerobot_lang_nodes.nodes.diagnostics import DiagnosticsPublisher
 from lerobot_lang_nodes.nodes.params import declare_config, reject_unknown_parameters
@@ -65,7 +66,7 @@ class RecorderConfig:
     topics: tuple[str, ...] = field(default=DEFAULT_TOPICS, metadata={
         'doc': 'topics to record (relative names resolve in the node namespace); each is '
                'subscribed once it has a publisher'})
-    cameras: tuple[str, ...] = field(default=('front', 'wrist'), metadata={
+    cameras: tuple[str, ...] = field(default=SO101_CAMERAS, metadata={
         'doc': 'cameras whose cameras/<name>/image_raw and camera_info are recorded too'})
     output_dir: str = field(default='recordings', metadata={
         'doc': 'folder the bags are written into (created if missing)'})

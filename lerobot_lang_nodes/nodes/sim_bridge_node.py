@@ -21,6 +21,7 @@ from sensor_msgs.msg import CameraInfo, CompressedImage, Image, JointState
 from std_msgs.msg import String
 
 from lerobot_lang_msgs.msg import LanguageContext, TaskOutcome
+from lerobot_lang_nodes.core.images import SO101_CAMERAS
 from lerobot_lang_nodes.core.control_loop import (Cadence, LoopErrors, LoopTicks,
                                                   scheduling_label, set_realtime)
 from lerobot_lang_nodes.core.dispatch_file import DispatchFile
@@ -53,7 +54,7 @@ class SimBridgeConfig(ArmExecutionParams):
     real_time_factor: float = field(default=1.0, metadata={
         'doc': 'Sim seconds per wall second to aim for; 0 runs as fast as the CPU allows.',
         'range': (0.0, 100.0)})
-    cameras: tuple[str, ...] = field(default=('front', 'wrist'), metadata={
+    cameras: tuple[str, ...] = field(default=SO101_CAMERAS, metadata={
         'doc': 'Cameras to render and publish on cameras/<name>/image_raw.'})
     image_width: int = field(default=320, metadata={'doc': 'Rendered image width (px).',
                                                     'range': (16, 1920)})

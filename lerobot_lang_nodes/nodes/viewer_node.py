@@ -12,7 +12,7 @@ from rclpy.node import Node
 from sensor_msgs.msg import Image
 
 from lerobot_lang_msgs.msg import LanguageContext, RuntimeStatus
-from lerobot_lang_nodes.core.images import ImageFormatError
+from lerobot_lang_nodes.core.images import ImageFormatError, SO101_CAMERAS
 from lerobot_lang_nodes.nodes import convert, qos
 from lerobot_lang_nodes.nodes.params import declare_config, reject_unknown_parameters
 from lerobot_lang_nodes.nodes.runner import run
@@ -39,7 +39,7 @@ class ViewerStartError(OSError):
 class ViewerConfig:
     """Parameters of the viewer node."""
 
-    cameras: tuple[str, ...] = field(default=('front', 'wrist'), metadata={
+    cameras: tuple[str, ...] = field(default=SO101_CAMERAS, metadata={
         'doc': 'camera names, composed left to right'})
     camera_labels: tuple[str, ...] = field(default=('',), metadata={
         'doc': 'label drawn under each camera\'s view, one per camera (e.g. left, wrist, '

@@ -62,3 +62,35 @@ def test_camera_labels_must_fit_the_cameras():
         'a': 'x', 'b': 'b'}
     with pytest.raises(ValueError, match='one label per camera'):
         ViewerConfig(cameras=('a', 'b'), camera_labels=('x',))
+
+
+@pytest.mark.parametrize('simulator, views', [
+    ('mujoco', ['front', 'wrist']),
+    ('standin', ['robot0_agentview_left', 'robot0_eye_in_hand', 'robot0_agentview_right'])])
+def test_the_camera_list_is_the_simulator_s_for_every_node_of_either_starter(
+        simulator, views, tmp_path):
+    """Set once on the simulator, fanned out by one function to both starters' parameters:
+    a simulator rendering one view must not leave the policy waiting for another."""
+    plan = graph.launch_plan('sim', {'simulator': simulator})
+    for node in ('planner', 'policy', 'viewer'):
+        assert plan.params[node]['ros__parameters']['cameras'] == views, node
+    bridge = plan.specs[0].name
+    one = graph.launch_plan('sim', {'simulator': simulator},
+                            overrides={bridge: {'cameras': views[:1]}})
+    for node in ('planner', 'policy', 'viewer'):
+        assert one.params[node]['ros__parameters']['cameras'] == views[:1], node
+    # A node's own list wins over the simulator's.
+    own = graph.launch_plan('sim', {'simulator': simulator},
+                            overrides={bridge: {'cameras': views[:1]},
+                                       'viewer': {'cameras': views}})
+    assert own.params['viewer']['ros__parameters']['cameras'] == views
+    for p in (plan, one, own):
+        p.params_file.unlink()
+    # `lerobot-lang sim` writes the same into its session's params.yaml.
+    from lerobot_lang_nodes.cli import bringup
+    from lerobot_lang_nodes.cli.main import build_parser
+    args = build_parser().parse_args(['sim', '--simulator', simulator])
+    params = bringup.sim_parameters('sim', args, graph.default_params_file(
+        bringup.graph_name('sim', args)))
+    for node in ('planner', 'policy', 'viewer', 'recorder'):
+        assert params[node]['ros__parameters']['cameras'] == views, node
