@@ -19,6 +19,7 @@ from lerobot_lang_nodes.backends.planners.scripted import ScriptedPlanner
 from lerobot_lang_nodes.recording import annotate
 
 sys.path.insert(0, str(Path(__file__).parent))
+import synthetic  # noqa: E402
 from synthetic import standard_session  # noqa: E402
 
 MODULE = 'lerobot_lang_nodes.nodes.recorder_node'
@@ -318,6 +319,58 @@ def test_the_annotation_refuses_a_recording_without_what_the_backend_needs(tmp_p
                  f'prompts_file={bad}']) == 1
     assert f"prompts file '{bad}': unknown key(s) ['subtask_user']" in capsys.readouterr().err
     assert not (tmp_path / 'out').exists()
+
+
+def test_each_episode_of_an_episodic_recording_starts_its_task_over(tmp_path, monkeypatch,
+                                                                     base_truth):
+    """An episodic recording (synthetic bag, no DDS): episode 0 reaches the cube, episode 1
+    starts on a scene the human set back by hand (no simulator reset). Its language starts
+    over with the episode: the first subtask again, no memory of episode 0. --task replaces
+    the marks' task in the planner and in the task column."""
+    from lerobot_lang_nodes.testing import require_ml
+    require_ml('lerobot')
+    import pyarrow.parquet as pq
+
+    from lerobot_lang_nodes.recording.dataset import ExportOptions, export
+    monkeypatch.setitem(synthetic.TOPICS, '/episode_event', 'std_msgs/msg/String')
+    monkeypatch.setitem(synthetic.TOPICS, '/sim/ground_truth', 'std_msgs/msg/String')
+    bag = synthetic.Session()
+    t0 = synthetic.T0
+    for i in range(4 * 30 + 1):  # joints at 30 Hz, the camera at 10 Hz, chunks at 2 Hz
+        bag.joints(t0 + i / 30 - (0.002 if i else 0.0), np.zeros(len(JOINTS)))
+    for k in range(41):
+        bag.image(t0 + k * 0.1 - (0.003 if k else 0.0), 'front', 100)
+    for c in range(8):
+        bag.chunk(t0 + c * 0.5 + 0.01, np.zeros((15, len(JOINTS))), revision=1, period=1 / 30)
+    for k in range(40):  # reached in episode 0 from 1 s on; the cube back from 2 s on
+        bag.string(t0 + k * 0.1 - 0.001, '/sim/ground_truth',
+                   json.dumps(phase_truth(base_truth, 1 if 10 <= k < 20 else 0)))
+    for t, event in ((0.0, {'event': 'episode', 'index': 0, 'task': TASK}),
+                     (1.8, {'event': 'reset', 'index': 0}),
+                     (2.0, {'event': 'episode', 'index': 1, 'task': TASK}),
+                     (3.95, {'event': 'stop'})):
+        bag.string(t0 + t, '/episode_event', json.dumps(event))
+    path = bag.write(tmp_path / 'bags')
+
+    task = 'pick up the red cube'
+    result = export([path], tmp_path / 'dataset', ExportOptions(
+        fps=10, repo_id='test/episodic', episodes_by='marks', min_episode_s=0.5,
+        cameras=('front',),
+        annotate=annotate.AnnotateOptions(rate_hz=5.0, task=task)))
+    rows = pq.read_table(result.root / 'data/chunk-000/file-000.parquet').to_pylist()
+    episodes = {}
+    for r in rows:
+        episodes.setdefault(r['episode_index'], []).append(r)
+    assert sorted(episodes) == [0, 1]
+    language = {e: sorted((p['style'], p['content'], round(p['timestamp'], 3))
+                          for p in frames[0]['language_persistent'])
+                for e, frames in episodes.items()}
+    assert language == {
+        0: [('memory', 'reached the red cube', 1.0), ('subtask', 'grasp the red cube', 1.0),
+            ('subtask', 'reach the red cube', 0.0)],
+        1: [('subtask', 'reach the red cube', 0.0)]}
+    tasks = pq.read_table(result.root / 'meta/tasks.parquet').to_pandas()
+    assert list(tasks.index) == [task]
 
 
 @pytest.mark.slow

@@ -88,7 +88,11 @@ class ScriptedPlanner:
         if goal is None:
             return ''  # not a task of this scene: an empty generation, counted by the core
         truth = obs.get('ground_truth')
-        if goal != self._goal:
+        language = obs.get('language')
+        # No subtask yet: the task (re)starts (a new task, or the same one on a new scene or
+        # episode), so the plan starts from what the world shows, not from the last index.
+        fresh = language is not None and not getattr(language, 'subtask', '')
+        if goal != self._goal or fresh:
             self._goal = goal
             self._plan = tasks.decompose(goal)
             self._index = tasks.infer_subtask_index(self._plan, truth) if truth else 0
