@@ -38,7 +38,6 @@ import argparse
 import json
 import os
 import platform
-import random
 import shutil
 import statistics
 import subprocess
@@ -49,14 +48,14 @@ from pathlib import Path
 from typing import Any
 
 from bench.harness import REPORT_DIR, private_ros_domain
+from lerobot_lang_nodes.training.evaluation import (REPO_ID, eval_plan, policy_heldout_loss,
+                                                    scene_plan, score_planner)
 
 from lerobot_lang_nodes.testing import NodeProcess, SimGraph, WaitTimeout, wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
-COLOURS = ('red', 'green', 'blue')
 STAGES = ('collect', 'export', 'train', 'deploy', 'report')
 FPS = 30  # = sim_bridge ctrl_hz (its default in sim): the policy must be trained at this rate
-REPO_ID = 'local/closed_loop'
 STOP_TIMEOUT_S = 10.0
 OUTCOME_WAIT_S = 5.0  # wall s a ground-truth success may wait for /task_outcome
 
@@ -347,30 +346,6 @@ class SimSession:
 
 
 # --- collect ---------------------------------------------------------------------------------
-def scene_plan(k: int, seed: int, interject: bool) -> list[dict[str, str]]:
-    """The tasks of collection scene k (layout ``seed``): each cube into the bowl in a random
-    order; odd scenes first pick the first cube up; ``interject`` redirects the first task."""
-    rng = random.Random(seed)
-    order = list(COLOURS)
-    rng.shuffle(order)
-    steps: list[dict[str, str]] = []
-    if k % 2 == 1 and not interject:
-        steps.append({'task': f'pick up the {order[0]} cube'})
-    if interject:
-        first, other = order[0], order[1]
-        steps.append({'task': f'put the {first} cube in the bowl',
-                      'interjection': f'use the {other} cube instead',
-                      'interjected_goal': f'put the {other} cube in the bowl',
-                      'vqa': 'what is in the gripper?'})
-        # The interrupted task's text again would be taken as no change by the planner
-        # (its plan stays the interjection's): the third cube first, a new text.
-        rest = [order[2], first]
-    else:
-        rest = order
-    steps += [{'task': f'put the {c} cube in the bowl'} for c in rest]
-    return steps
-
-
 def collect(args: argparse.Namespace) -> dict[str, Any]:
     work = args.work
     out = work / 'collect'
@@ -550,19 +525,6 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
 
 
 # --- deploy ----------------------------------------------------------------------------------
-def eval_plan(args: argparse.Namespace, n: int) -> list[tuple[int, str]]:
-    """(layout seed, task) of held-out episode k = 1..n: every third a pick, the rest a place;
-    the graph's sim_bridge seed is ``--eval-seed``, so reset k has seed eval_seed + 1000 k."""
-    out = []
-    for k in range(1, n + 1):
-        seed = args.eval_seed + 1000 * k
-        colour = COLOURS[random.Random(seed).randrange(3)]
-        task = (f'pick up the {colour} cube' if k % 3 == 0
-                else f'put the {colour} cube in the bowl')
-        out.append((seed, task))
-    return out
-
-
 def config_overrides(name: str, work: Path, trained: dict[str, Any],
                      policy_dir: str = '', confirmations: int = 1
                      ) -> list[tuple[str, str, Any]]:
@@ -636,123 +598,6 @@ def latency_figures(diagnostics: dict[str, dict[str, str]]) -> dict[str, Any]:
     return out
 
 
-def score_planner(model_dir: Path, params: dict[str, Any], dataset: Path,
-                  max_frames: int) -> dict[str, Any]:
-    """The learned planner's subtask at frames of a held-out dataset against the scripted
-    planner's subtask active at that frame (the `transformers` backend itself, on the prompts
-    the planner node sends: training/planner.py's subtask turn).
-
-    Three sets of frames: up to ``max_frames`` spread over the dataset (the frame-by-frame
-    accuracy); every frame where the scripted subtask changes (the answer must move on); and
-    the frame before each of those (the answer must stay: the old subtask is not done yet).
-    Sampled frames are mostly stretches of one subtask, so the last two say what the first
-    hides: whether the planner moves on when it should, and not before.
-    """
-    from types import SimpleNamespace
-
-    import torch
-    from lerobot.datasets.lerobot_dataset import LeRobotDataset
-
-    from lerobot_lang_nodes.backends.planners.transformers_planner import TransformersPlanner
-    from lerobot_lang_nodes.core import prompts
-    from lerobot_lang_nodes.training.data import IMAGE_PREFIX
-    from lerobot_lang_nodes.training.planner import read_frames, subtask_candidates
-
-    templates = prompts.load_templates(Path(params['prompts_file']), None)
-    ds = LeRobotDataset(REPO_ID, root=dataset, video_backend='pyav')
-    frames = read_frames(ds)
-    # Every frame with a task and an active subtask (one segment per frame).
-    every = subtask_candidates(frames, templates, frames_per_segment=10**9)
-    sampled = every
-    if len(every) > max_frames:
-        step = (len(every) - 1) / (max_frames - 1)
-        sampled = [every[round(i * step)] for i in range(max_frames)]
-    episode = {f.index: f.episode for f in frames}
-    changes = [k for k, c in enumerate(every) if c.moves_on]
-    before = [every[k - 1] for k in changes
-              if k > 0 and every[k - 1].frame == every[k].frame - 1
-              and episode[every[k - 1].frame] == episode[every[k].frame]]
-    cameras = tuple(params['image_cameras'])
-    planner = TransformersPlanner(SimpleNamespace(
-        model_path=str(model_dir), model_kind='vlm', gguf_file='', device='cpu',
-        dtype='float32', image_cameras=cameras, image_size=int(params['image_size']),
-        max_new_tokens=48, generation_timeout_s=0.0, system_prompt='',
-        prompts_file=params['prompts_file'], candidates=(), candidates_file='',
-        min_new_tokens=0, temperature=0.0, top_p=1.0))
-    answers: dict[tuple[int, str], str] = {}
-    latencies = []
-
-    def answer(cand: Any) -> dict[str, Any]:
-        key = (cand.frame, json.dumps(cand.messages, sort_keys=True))
-        if key not in answers:
-            item = ds[cand.frame]
-            images = {c: (item[IMAGE_PREFIX + c].clamp(0, 1) * 255).round().to(torch.uint8)
-                      .permute(1, 2, 0).contiguous().numpy() for c in cameras}
-            t0 = time.monotonic()
-            answers[key] = planner.generate('subtask', cand.messages, {'images': images})
-            latencies.append(time.monotonic() - t0)
-        predicted = answers[key]
-        return {'frame': cand.frame, 'episode': episode[cand.frame], 'label': cand.target,
-                'predicted': predicted, 'right': predicted == cand.target,
-                'change': cand.moves_on}
-
-    try:
-        rows = [answer(c) for c in sampled]
-        at_changes = [answer(every[k]) for k in changes]
-        before_changes = [answer(c) for c in before]
-    finally:
-        planner.close()
-
-    def rate(group: list[dict[str, Any]]) -> float | None:
-        return round(sum(r['right'] for r in group) / len(group), 4) if group else None
-
-    def top_errors(group: list[dict[str, Any]]) -> dict[str, int]:
-        wrong: dict[str, int] = {}
-        for r in group:
-            if not r['right']:
-                key = f"{r['label']} -> {r['predicted']}"
-                wrong[key] = wrong.get(key, 0) + 1
-        return dict(sorted(wrong.items(), key=lambda kv: -kv[1])[:8])
-
-    return {'frames_scored': len(rows), 'frames_in_dataset': len(frames),
-            'accuracy': rate(rows),
-            'change_frames': len(at_changes), 'accuracy_at_changes': rate(at_changes),
-            'before_change_frames': len(before_changes),
-            'accuracy_before_changes': rate(before_changes),
-            'latency_ms': {'p50': round(1000 * statistics.median(latencies), 1),
-                           'max': round(1000 * max(latencies), 1)} if latencies else None,
-            'top_errors': top_errors(rows), 'top_errors_at_changes': top_errors(at_changes)}
-
-
-def policy_heldout_loss(model_dir: Path, dataset: Path, max_frames: int = 256) -> float:
-    """The trained policy's loss on frames of the held-out dataset, computed as the trainer
-    computes its loss_start / loss_end on training frames (eval mode, the checkpoint's own
-    normalisation): the gap between the two says whether more data or more training helps."""
-    import torch
-    from lerobot.configs.policies import PreTrainedConfig
-    from lerobot.datasets.factory import resolve_delta_timestamps
-    from lerobot.datasets.lerobot_dataset import LeRobotDataset, LeRobotDatasetMetadata
-    from lerobot.policies.factory import get_policy_class, make_pre_post_processors
-
-    from lerobot_lang_nodes.backends.policies.lerobot_policy import register_project_policy_type
-    from lerobot_lang_nodes.training.policy import FrameCache
-
-    register_project_policy_type(model_dir)
-    config = PreTrainedConfig.from_pretrained(model_dir)
-    config.device = 'cpu'
-    policy = get_policy_class(config.type).from_pretrained(model_dir, config=config).eval()
-    pre, _ = make_pre_post_processors(config, pretrained_path=str(model_dir))
-    meta = LeRobotDatasetMetadata(REPO_ID, root=dataset)
-    ds = LeRobotDataset(REPO_ID, root=dataset, video_backend='pyav',
-                        delta_timestamps=resolve_delta_timestamps(config, meta))
-    cache = FrameCache(ds, config, 'subtask')
-    n = len(cache)
-    index = torch.linspace(0, n - 1, min(n, max_frames)).round().long().unique()
-    with torch.no_grad():
-        loss, _ = policy.forward(pre(cache.batch(index)))
-    return round(float(loss), 4)
-
-
 def score(args: argparse.Namespace, trained: dict[str, Any], report: dict[str, Any]) -> None:
     """Export the recorded held-out scripted run; score the learned models on it."""
     work = args.work
@@ -787,7 +632,7 @@ def deploy(args: argparse.Namespace) -> dict[str, Any]:
         score(args, trained, report)
         write_json(work / 'deploy.json', report)
         return report
-    plan = eval_plan(args, args.eval_episodes)
+    plan = eval_plan(args.eval_seed, args.eval_episodes)
     collected = read_json(work / 'collect.json')
     used = {s['seed'] for s in collected['scenes']}
     overlap = sorted(used & {seed for seed, _ in plan})
@@ -806,7 +651,7 @@ def deploy(args: argparse.Namespace) -> dict[str, Any]:
         overrides = config_overrides(name, work, trained,
                                      confirmations=args.planner_confirmations)
         report['configs'][name] = deploy_one(args, name, overrides, plan, record_dir=record)
-    curve_plan = eval_plan(args, args.curve_eval_episodes)
+    curve_plan = eval_plan(args.eval_seed, args.curve_eval_episodes)
     report['curve'] = []
     for point in trained.get('curve', []):
         name = f"scripted_planner+policy_{point['episodes']}_episodes"

@@ -49,8 +49,8 @@ CAMERAS = ('front', 'wrist')
 
 def held_out_episodes(eval_seed: int, n: int) -> list[tuple[int, str]]:
     """bench/closed_loop.py's held-out (layout seed, task) list for ``eval_seed``."""
-    from bench.closed_loop import eval_plan
-    return eval_plan(SimpleNamespace(eval_seed=eval_seed), n)
+    from lerobot_lang_nodes.training.evaluation import eval_plan
+    return eval_plan(eval_seed, n)
 
 
 class CheckpointActor:
