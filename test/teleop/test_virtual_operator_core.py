@@ -180,3 +180,26 @@ def test_a_drop_is_a_held_cube_on_the_table_not_one_in_the_bowl():
     assert cube_dropped(held, truth(in_bowl=True, on_table=False)) == ''
     assert cube_dropped(held, held) == ''
     assert cube_dropped(None, truth()) == ''
+
+
+def test_the_sim_graph_starts_the_operator_on_request_only():
+    import argparse
+
+    from lerobot_lang_nodes import graph
+    from lerobot_lang_nodes.cli import bringup
+    plan = graph.launch_plan('sim', {'viewer': 'false', 'virtual_operator': 'true'})
+    plan.params_file.unlink()
+    (spec,) = [s for s in plan.specs if s.name == 'virtual_operator']
+    assert spec.use_sim_time and not spec.required
+    assert plan.params['virtual_operator']['ros__parameters']['use_sim_time'] is True
+    plan = graph.launch_plan('sim', {'viewer': 'false'})
+    plan.params_file.unlink()
+    assert 'virtual_operator' not in [s.name for s in plan.specs]
+    with pytest.raises(ValueError, match='MuJoCo'):
+        graph.launch_plan('sim', {'simulator': 'standin', 'virtual_operator': 'true'})
+    parser = argparse.ArgumentParser()
+    bringup.add_arguments('sim', parser)
+    specs = bringup._node_specs('sim', parser.parse_args(['--virtual-operator']), ())
+    assert [s.name for s in specs][-1] == 'virtual_operator'
+    assert 'virtual_operator' not in [s.name for s in bringup._node_specs(
+        'sim', parser.parse_args([]), ())]
