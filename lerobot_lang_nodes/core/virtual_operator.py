@@ -132,7 +132,7 @@ class VirtualOperator:
         self.holding = False
         self.corrected = None
         self._released_at = float(now_s)
-        self._watch(None, now_s)
+        self._watch(None)
 
     # ------------------------------------------------------------------ the rules
     def step(self, obs: Observation) -> Decision | None:
@@ -161,13 +161,13 @@ class VirtualOperator:
     def _while_watching(self, obs: Observation, now: float) -> Decision | None:
         if not obs.policy_acting or not obs.subtask:
             # Paused, a human in control, no task or the task done: nothing to judge.
-            self._watch(None, now)
+            self._watch(None)
             return None
         if obs.subtask != self._watch_subtask:
-            self._watch(obs.subtask, now)
+            self._watch(obs.subtask)
         rules = self.rules
         if self._released_at is not None and now - self._released_at < rules.cooldown_s:
-            self._watch(obs.subtask, now)  # the policy's time starts after the cooldown
+            self._watch(obs.subtask)  # the policy's time starts after the cooldown
             return None
         if obs.dropped and rules.take_over_on_drop:
             return Decision(TAKEOVER, DROP, obs.subtask)
@@ -185,9 +185,8 @@ class VirtualOperator:
             self._deviating_since = None
         return None
 
-    def _watch(self, subtask: str | None, now: float) -> None:
-        """Start judging ``subtask`` afresh at ``now``."""
-        del now
+    def _watch(self, subtask: str | None) -> None:
+        """Start judging ``subtask`` afresh."""
         self._watch_subtask = subtask
         self._best = self._best_at = None
         self._deviating_since = None
