@@ -677,13 +677,24 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def action_client(node: Any, action_type: Any, name: str) -> Any:
+    """An rclpy ActionClient safe to create while the node's executor spins in another thread:
+    rclpy adds it to the node's waitables before it has its lock, and an executor that counts
+    its entities in between dies with AttributeError (the probe then receives nothing)."""
+    from rclpy.action import ActionClient
+
+    class _Client(ActionClient):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            self._lock = threading.Lock()
+            super().__init__(*args, **kwargs)
+    return _Client(node, action_type, name)
+
+
 def run_task(probe: RosProbe, task: str, time_limit_s: float, timeout_s: float,
              direct: bool = False) -> tuple[Any, list[str]]:
     """Send a RunTask goal and wait for its result: (result or None, feedback subtasks)."""
-    from rclpy.action import ActionClient
-
     from lerobot_lang_msgs.action import RunTask
-    client = ActionClient(probe.node, RunTask, 'run_task')
+    client = action_client(probe.node, RunTask, 'run_task')
     try:
         if not client.wait_for_server(timeout_sec=15.0):
             raise WaitTimeout('run_task server not found')

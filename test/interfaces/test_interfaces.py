@@ -12,7 +12,7 @@ from lerobot_lang_msgs.action import RunTask
 from lerobot_lang_msgs.msg import ActionChunk, LanguageContext, RuntimeStatus
 from lerobot_lang_msgs.srv import AskVqa
 from lerobot_lang_nodes.nodes import qos
-from lerobot_lang_nodes.testing import WaitTimeout, wait_until
+from lerobot_lang_nodes.testing import WaitTimeout, action_client, wait_until
 
 PEER = Path(__file__).with_name('interface_peer.py')
 
@@ -61,14 +61,13 @@ def test_ask_vqa_service(peer, probe):
 
 
 def test_run_task_action_feedback_and_result(peer, probe):
-    from rclpy.action import ActionClient
     from rclpy.qos import QoSProfile
     # rclpy's ActionClient forgets a goal's feedback callback once the result arrives, and
     # the result (a service reply) may overtake the last feedback (a topic). The feedback
     # stream is therefore checked on the action's feedback topic itself.
     feedback = probe.subscribe(RunTask.Impl.FeedbackMessage, 'run_task/_action/feedback',
                                QoSProfile(depth=10))
-    client = ActionClient(probe.node, RunTask, 'run_task')
+    client = action_client(probe.node, RunTask, 'run_task')
     assert client.wait_for_server(timeout_sec=10.0), 'run_task action server not found'
     done = threading.Event()
     box = {}

@@ -23,8 +23,10 @@ from lerobot_lang_nodes.robocasa.standin import EEF_STEP_M, StandInKitchen
 from lerobot_lang_nodes.testing import wait_until
 
 MODULE = 'lerobot_lang_nodes.nodes.robocasa_bridge_node'
+# The test's chunks are commands, not a policy's timed output: no time alignment and no
+# observation-age bound (the probe's newest state may lag on a loaded machine).
 BASE = {'simulator': 'standin', 'image_size': 48, 'ctrl_hz': 20.0, 'camera_hz': 10.0,
-        'time_align': False, 'status_hz': 10.0}
+        'time_align': False, 'max_chunk_age_s': 0.0, 'status_hz': 10.0}
 
 
 class Bridge:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import threading
 
 import pytest
-from rclpy.action import ActionClient
 from std_srvs.srv import Trigger
 
 from lerobot_lang_msgs.action import RunTask
@@ -15,7 +14,7 @@ from lerobot_lang_msgs.msg import LanguageContext, RuntimeStatus, TaskOutcome
 from lerobot_lang_msgs.srv import AskVqa
 from lerobot_lang_nodes import graph
 from lerobot_lang_nodes.nodes import qos
-from lerobot_lang_nodes.testing import wait_until
+from lerobot_lang_nodes.testing import action_client, wait_until
 
 pytestmark = pytest.mark.slow
 TASK = 'put the red cube in the bowl'
@@ -25,7 +24,7 @@ class Goal:
     """A RunTask goal in flight: its progress lines and, once it ends, its result."""
 
     def __init__(self, probe, task: str, time_limit_s: float) -> None:
-        self.client = ActionClient(probe.node, RunTask, 'run_task')
+        self.client = action_client(probe.node, RunTask, 'run_task')
         assert self.client.wait_for_server(timeout_sec=30.0), 'run_task server not found'
         self.progress: list[str] = []
         self.result = None

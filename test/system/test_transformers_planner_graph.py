@@ -18,7 +18,7 @@ from lerobot_lang_msgs.action import RunTask
 from lerobot_lang_msgs.msg import LanguageContext, RuntimeStatus
 from lerobot_lang_msgs.srv import AskVqa
 from lerobot_lang_nodes.nodes import qos
-from lerobot_lang_nodes.testing import require_ml
+from lerobot_lang_nodes.testing import action_client, require_ml
 
 require_ml('transformers')
 from lerobot_lang_nodes.core import prompts  # noqa: E402
@@ -180,8 +180,7 @@ def test_unloadable_model_keeps_the_node_up_and_reports_it(launch_node, probe, s
     wait_status(diag, lambda s, v: s.level == s.ERROR and s is not first, 'a repeated ERROR')
     reply = probe.call(AskVqa, 'vqa', AskVqa.Request(question='what is there?'))
     assert not reply.success and expected in reply.message
-    from rclpy.action import ActionClient
-    client = ActionClient(probe.node, RunTask, 'run_task')
+    client = action_client(probe.node, RunTask, 'run_task')
     assert client.wait_for_server(timeout_sec=10.0)
     # A goal response can be lost while discovery of the response channel completes (seen
     # once on a loaded machine: no answer in 10 s, nothing in the planner's log): send again.

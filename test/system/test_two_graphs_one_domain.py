@@ -55,6 +55,8 @@ def test_a_second_graph_in_the_domain_is_reported_and_revisions_do_not_ratchet(
     for planner in planners:
         text = planner.log_text()
         assert text.count(MESSAGE) == 1, text[-3000:]
-        # At most the start-up adoption of the first status seen (a restarted planner's
-        # rule), never a revision chased from the executors' status afterwards.
-        assert text.count('newer than this planner') <= 1, text[-3000:]
+        # Start-up adoptions of an executor's revision (a restarted planner's rule) may come
+        # before the second graph is noticed (a once-a-second check, later on a loaded
+        # machine); never a revision chased from the executors' status after it.
+        after = text[text.index(MESSAGE):]
+        assert 'newer than this planner' not in after, text[-3000:]
