@@ -13,7 +13,9 @@ import errno
 import fcntl
 import os
 import select
+import signal
 import sys
+import threading
 
 from lerobot_lang_nodes.core.pedal import EVIOCGRAB, EventReader, PedalMap, key_names
 
@@ -69,6 +71,11 @@ def run(_command: str, args: argparse.Namespace) -> int:
     from lerobot_lang_nodes.nodes import qos
 
     ns = args.namespace.rstrip('/')
+    # Ctrl-C / SIGTERM only set a flag the loop checks: a KeyboardInterrupt raised inside
+    # rclpy's executor could be lost there and leave the command running.
+    stopping = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stopping.set())
     rclpy.init(signal_handler_options=SignalHandlerOptions.NO)
     node = Node('lerobot_lang_pedal')
     mode = {'now': ''}
@@ -102,7 +109,7 @@ def run(_command: str, args: argparse.Namespace) -> int:
     reader = EventReader()
     said_missing = False
     try:
-        while rclpy.ok():
+        while rclpy.ok() and not stopping.is_set():
             if fd < 0:
                 try:
                     fd = _open(args.device, grab=not args.no_grab)
