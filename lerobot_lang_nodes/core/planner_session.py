@@ -509,7 +509,7 @@ class PlannerSession:
             return ''
         return (f'nothing judges success on this graph (no publisher on {outcome_topic}; the '
                 'real arm has no success detector): give time_limit_s, or judge the task '
-                'yourself while it runs: `ros2 topic pub --once --keep-alive 2 '
+                'yourself while it runs: `ros2 topic pub --once --keep-alive 5 '
                 f'--qos-durability transient_local --qos-reliability reliable {outcome_topic} '
                 f'lerobot_lang_msgs/msg/TaskOutcome "{{goal: \'{task.strip()}\', success: '
                 'true}"`')

@@ -259,7 +259,7 @@ class PlannerNode(Node):
             self.session.on_task(self.cfg.task)
         else:
             self.get_logger().info(
-                'no task yet: send one, e.g. `ros2 topic pub --once --keep-alive 2 '
+                'no task yet: send one, e.g. `ros2 topic pub --once --keep-alive 5 '
                 '--qos-durability transient_local --qos-reliability reliable '
                 f"{self.resolve_topic_name('task')} std_msgs/msg/String \"{{data: 'put the red "
                 "cube in the bowl'}\"` or `lerobot-lang task put the red cube in the bowl`")
