@@ -283,6 +283,8 @@ def main(argv: list[str] | None = None) -> int:
                                  if 'path' in built else built)
             report['planner']['params_m'] = built.get('params_m')
     report['machine']['loadavg_end'] = os.getloadavg()[0]
+    for built in report['builds'].values():  # temporary folders, gone after the run
+        built.pop('path', None)
     write_report(args.out, 'vla', report, markdown(report))
     failed = [n for n, r in report['policy'].items() if 'error' in r]
     return 1 if failed or 'error' in report.get('planner', {}) else 0
