@@ -3,7 +3,7 @@
 One graph is started for the module (start-up costs ~10 s) and the tests use its persistent
 scene as an operator would: a task, a question, resume, an interjection, a reset, killing the
 policy. Each test arranges the state it needs (the mode, a task, the node it kills is
-restarted), so any one runs alone or in any order (`pytest -k resume`, `-p random_order`).
+restarted), so any one runs alone (`pytest -k resume`) or in any order (checked reversed).
 """
 
 from __future__ import annotations
