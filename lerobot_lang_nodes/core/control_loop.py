@@ -1,4 +1,10 @@
-"""What every control loop shares (sim_bridge, so101_driver): cadence, output slots, errors.
+"""The control loops' host (sim_bridge, robocasa_bridge, so101_driver, so101_leader).
+
+``ControlLoop`` runs a node's loop: the node passes what one cycle does, what it publishes,
+its error policy and a clock and sleep (injected, so the loop is unit-tested on a stepped
+clock without ROS), and the host owns the rest: cadence, which outputs are due, the refill
+edge, the split between a failed publish and an unexpected exception, the real-time factor
+report and the stop flag. The pieces it is built from:
 
 Cadence: overruns skip slots, never sprint.
 
@@ -23,6 +29,7 @@ error policy: an unexpected exception pauses and holds, the loop goes on, and on
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 import logging
 import math
 import os
@@ -127,6 +134,135 @@ class LoopErrors:
         self.in_row = 0
 
 
+@dataclass(frozen=True)
+class Outputs:
+    """What one cycle owes: the periodic outputs due now, and the refill rising edge."""
+
+    due: frozenset[str] = frozenset()
+    refill: bool = False  # the queue just crossed the refill threshold
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.due
+
+
+class ControlLoop:
+    """One control loop: cycle, outputs, errors, pacing, real-time factor and stop.
+
+    Each pass of ``run()``: ``cycle()`` (the robot's or simulator's work of one period);
+    on success ``on_ok()``, on an unexpected exception ``on_error(exc)`` (the node's
+    pause-and-hold policy, usually through a ``LoopErrors``; False stops the loop); then
+    ``publish(outputs)`` with the ``Outputs`` due (skipped after a failed cycle unless
+    ``outputs_after_error``); then the sleep the cadence says. An exception of type
+    ``publish_error`` (rclpy's RCLError: DDS refused a write) in either step goes to
+    ``publish_failed(exc)``: it costs this tick's outputs (raised by the cycle: all of them;
+    by ``publish``: those not yet written), never the loop. While ``ok()`` is
+    false (ROS shut down between the loop check and a publish, e.g. by Ctrl-C) the loop
+    stops quietly instead. Anything raised by ``publish`` that is not a publish error, or by
+    ``on_error``, ends ``run()``.
+
+    ``pace_hz`` None runs cycles back to back (a simulator at full speed). With
+    ``sim_time`` the loop reports its real-time factor every ``report_period_s`` through
+    ``report(rtf)``.
+    """
+
+    def __init__(self, *, ctrl_hz: float, cycle: Callable[[], object],
+                 publish: Callable[[Outputs], None],
+                 on_error: Callable[[Exception], bool],
+                 publish_failed: Callable[[Exception], None],
+                 on_ok: Callable[[], None] = lambda: None,
+                 rates_hz: dict[str, float] | None = None,
+                 needs_refill: Callable[[], bool] = lambda: False,
+                 pace_hz: float | None = None, catch_up_s: float = 0.0,
+                 outputs_after_error: bool = True,
+                 publish_error: type[BaseException] | tuple[type[BaseException], ...] = (),
+                 ok: Callable[[], bool] = lambda: True,
+                 sim_time: Callable[[], float] | None = None,
+                 report: Callable[[float], None] | None = None,
+                 report_period_s: float = 30.0,
+                 clock: Callable[[], float] = time.monotonic,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
+        self.ticks = LoopTicks(ctrl_hz, **(rates_hz or {}))
+        if pace_hz is not None:
+            Cadence(pace_hz, 0.0, catch_up_s)  # a bad rate fails at construction
+        self._cycle, self._publish = cycle, publish
+        self._on_error, self._on_ok, self._publish_failed = on_error, on_ok, publish_failed
+        self._needs_refill = needs_refill
+        self._pace_hz, self._catch_up_s = pace_hz, catch_up_s
+        self._outputs_after_error = outputs_after_error
+        self._publish_error = publish_error
+        self._ok, self._sim_time, self._report = ok, sim_time, report
+        self._report_period_s = report_period_s
+        self._clock, self._sleep = clock, sleep
+        self.cadence: Cadence | None = None
+        self._stopped = False
+        self._wall_start: float | None = None
+        self._sim_start = 0.0
+
+    def stop(self) -> None:
+        """Ask ``run()`` to return after the cycle in progress (any thread)."""
+        self._stopped = True
+
+    @property
+    def running(self) -> bool:
+        return not self._stopped and self._ok()
+
+    def restart_cadence(self) -> None:
+        """Start the slot grid again now (e.g. once the servos answer after a reconnect)."""
+        if self._pace_hz is not None:
+            self.cadence = Cadence(self._pace_hz, self._clock(), self._catch_up_s)
+
+    def real_time_factor(self) -> float:
+        """Simulated seconds per wall second since ``run()`` started (0 before it has)."""
+        if self._wall_start is None or self._sim_time is None:
+            return 0.0
+        wall = self._clock() - self._wall_start
+        return (self._sim_time() - self._sim_start) / wall if wall > 0 else 0.0
+
+    def run(self) -> None:
+        """Run cycles until ``stop()``, ``ok()`` false or ``on_error`` says give up."""
+        self.restart_cadence()
+        self._wall_start = self._clock()
+        self._sim_start = self._sim_time() if self._sim_time is not None else 0.0
+        report_at = self._wall_start + self._report_period_s
+        while self.running:
+            if not self._step():
+                return
+            if self.cadence is not None:
+                self._sleep(self.cadence.delay(self._clock()))
+            if self._report is not None and self._clock() > report_at:
+                self._report(self.real_time_factor())
+                report_at = self._clock() + self._report_period_s
+
+    def _step(self) -> bool:
+        """One cycle and its outputs; False when the loop must stop."""
+        outputs_owed = True
+        try:
+            self._cycle()
+        except self._publish_error as exc:
+            if not self._ok():
+                return False  # ROS shut down between the loop check and a publish
+            self._publish_failed(exc)
+            outputs_owed = False  # a write the cycle made failed: this tick's outputs too
+        except Exception as exc:  # noqa: BLE001 - a dead loop would freeze the robot
+            if not self._on_error(exc):
+                return False
+            outputs_owed = self._outputs_after_error
+        else:
+            self._on_ok()
+        if outputs_owed:
+            outputs = Outputs(frozenset(n for n in self.ticks.every if self.ticks.due(n)),
+                              self.ticks.refill_edge(self._needs_refill()))
+            # A failed publish (DDS refused a write) costs this tick's outputs, never the loop.
+            try:
+                self._publish(outputs)
+            except self._publish_error as exc:
+                if not self._ok():
+                    return False
+                self._publish_failed(exc)
+        self.ticks.advance()
+        return True
+
+
 class ThrottledLog:
     """``emit(level, text)`` at most once per ``period_s`` per key, with the suppressed count."""
 
@@ -194,5 +330,5 @@ def python_logger_emit(log: logging.Logger) -> Callable[[int, str], None]:
     return lambda level, text: log.log(level, text)
 
 
-__all__ = ['Cadence', 'LoopErrors', 'LoopTicks', 'ThrottledLog', 'python_logger_emit',
-           'scheduling_label', 'set_realtime']
+__all__ = ['Cadence', 'ControlLoop', 'LoopErrors', 'LoopTicks', 'Outputs', 'ThrottledLog',
+           'python_logger_emit', 'scheduling_label', 'set_realtime']

@@ -10,7 +10,8 @@ import threading
 import numpy as np
 import pytest
 
-from lerobot_lang_nodes.core.control_loop import (Cadence, LoopErrors, LoopTicks, ThrottledLog,
+from lerobot_lang_nodes.core.control_loop import (Cadence, ControlLoop, LoopErrors, LoopTicks,
+                                                  Outputs, ThrottledLog,
                                                   scheduling_label, set_realtime)
 from lerobot_lang_nodes.core.errors import ConfigError
 from lerobot_lang_nodes.core.executor import Chunk, ChunkExecutor, DispatchLog, ExecutorConfig
@@ -159,3 +160,180 @@ def test_set_realtime_applies_sched_fifo_to_its_thread_or_says_why_not():
 def test_set_realtime_rejects_a_priority_outside_0_to_99(bad):
     with pytest.raises(ConfigError, match='thread_priority'):
         set_realtime(bad)
+
+
+class Refused(Exception):
+    """Stands for rclpy's RCLError: DDS refused a write."""
+
+
+class SteppedClock:
+    """A clock that moves only when the loop sleeps or a cycle says it worked."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.sleeps: list[float] = []
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, s: float) -> None:
+        self.sleeps.append(s)
+        self.now += s
+
+
+class Node:
+    """What a node gives the host: records every call; ``faults`` maps cycle -> exception."""
+
+    def __init__(self, cycles: int, *, faults=None, publish_faults=None, refill=None,
+                 work_s: float = 0.0, clock: SteppedClock | None = None) -> None:
+        self.clock = clock or SteppedClock()
+        self.cycles, self.faults, self.publish_faults = cycles, faults or {}, publish_faults or {}
+        self.refill = refill or []
+        self.work_s = work_s
+        self.n = 0
+        self.events: list[tuple] = []
+        self.ok = True
+        self.keep_going = True
+        self.loop: ControlLoop | None = None
+
+    def cycle(self) -> None:
+        self.n += 1
+        if self.n >= self.cycles:
+            self.loop.stop()
+        self.clock.now += self.work_s
+        if self.n in self.faults:
+            raise self.faults[self.n]
+
+    def publish(self, outputs: Outputs) -> None:
+        if self.n in self.publish_faults:
+            raise self.publish_faults[self.n]
+        self.events.append(('publish', self.n, tuple(sorted(outputs.due)), outputs.refill))
+
+    def needs_refill(self) -> bool:
+        return self.refill[self.n - 1] if self.n - 1 < len(self.refill) else False
+
+    def on_error(self, exc: Exception) -> bool:
+        self.events.append(('error', self.n, repr(exc)))
+        return self.keep_going
+
+    def make(self, **kw) -> ControlLoop:
+        kw.setdefault('ctrl_hz', HZ)
+        self.loop = ControlLoop(
+            cycle=self.cycle, publish=self.publish, on_error=self.on_error,
+            publish_failed=lambda exc: self.events.append(('publish_failed', self.n, str(exc))),
+            on_ok=lambda: self.events.append(('ok', self.n)), needs_refill=self.needs_refill,
+            publish_error=Refused, ok=lambda: self.ok, clock=self.clock,
+            sleep=self.clock.sleep, **kw)
+        return self.loop
+
+    def of(self, kind: str) -> list[tuple]:
+        return [e for e in self.events if e[0] == kind]
+
+
+def test_control_loop_owes_periodic_outputs_and_the_status_on_the_refill_edge():
+    node = Node(7, refill=[False, True, True, False, True, False, False])
+    node.make(rates_hz={'status': HZ / 3, 'camera': HZ}).run()
+    assert node.of('publish') == [
+        ('publish', 1, ('camera', 'status'), False), ('publish', 2, ('camera',), True),
+        ('publish', 3, ('camera',), False), ('publish', 4, ('camera', 'status'), False),
+        ('publish', 5, ('camera',), True), ('publish', 6, ('camera',), False),
+        ('publish', 7, ('camera', 'status'), False)]
+    assert len(node.of('ok')) == 7
+
+
+def test_a_failed_publish_costs_that_tick_only_and_an_exception_goes_to_the_error_policy():
+    node = Node(6, faults={2: KeyError('boom'), 4: Refused('cycle write')},
+                publish_faults={3: Refused('dds'), 5: Refused('dds again')})
+    node.make().run()
+    # After an exception the simulator still publishes; after a refused write it does not.
+    assert [e[1] for e in node.of('publish')] == [1, 2, 6]
+    assert node.of('error') == [('error', 2, "KeyError('boom')")]
+    assert node.of('publish_failed') == [('publish_failed', 3, 'dds'),
+                                         ('publish_failed', 4, 'cycle write'),
+                                         ('publish_failed', 5, 'dds again')]
+    assert [e[1] for e in node.of('ok')] == [1, 3, 5, 6]  # a cycle that raised is not ok
+    assert node.loop.ticks.tick == 6  # every cycle advanced the schedule
+
+
+def test_a_robot_loop_publishes_nothing_after_a_failed_cycle_and_stops_when_told_to_give_up():
+    node = Node(10, faults={2: KeyError('once'), 3: KeyError('give up')})
+    original = node.on_error
+
+    def on_error(exc):
+        original(exc)
+        return 'give up' not in str(exc)
+    node.on_error = on_error
+    node.make(outputs_after_error=False).run()
+    assert [e[1] for e in node.of('publish')] == [1]
+    assert [e[1] for e in node.of('error')] == [2, 3]
+    assert node.n == 3  # stopped at once: no further cycle
+
+
+def test_a_publish_refused_because_ros_shut_down_stops_the_loop_quietly():
+    node = Node(100, publish_faults={4: Refused('context invalid')})
+    original = node.publish
+
+    def publish(outputs):
+        if node.n == 4:
+            node.ok = False  # Ctrl-C between the loop check and the publish
+        original(outputs)
+    node.publish = publish
+    node.make().run()
+    assert node.n == 4 and node.of('publish_failed') == []
+    # An exception that is neither a publish error nor in the cycle ends run() loudly.
+    node = Node(100, publish_faults={2: RuntimeError('bug in an output')})
+    with pytest.raises(RuntimeError, match='bug in an output'):
+        node.make().run()
+
+
+def stalled_node(stall_s: float) -> Node:
+    """Six cycles of 1 ms; the second one stalls ``stall_s``."""
+    node = Node(6, work_s=0.001)
+    original = node.cycle
+
+    def cycle():
+        original()
+        if node.n == 2:
+            node.clock.now += stall_s
+    node.cycle = cycle
+    return node
+
+
+def test_control_loop_paces_on_the_slot_grid_and_a_simulator_catches_up_a_short_stall():
+    node = Node(5, work_s=0.004)
+    node.make(pace_hz=HZ).run()
+    assert node.clock.sleeps == pytest.approx([PERIOD - 0.004] * 5)
+    # A simulator 0.05 s late (under catch_up_s) runs the missed slots back to back.
+    node = stalled_node(stall_s=0.05)
+    node.make(pace_hz=HZ, catch_up_s=1.0).run()
+    assert node.clock.sleeps[1:3] == [0.0, 0.0] and node.clock.sleeps[3] > 0
+    assert (node.loop.cadence.overruns, node.loop.cadence.skipped_slots) == (2, 0)
+    # A robot (no catch-up) skips them instead and never runs two cycles back to back.
+    node = stalled_node(stall_s=0.05)
+    node.make(pace_hz=HZ).run()
+    assert node.loop.cadence.skipped_slots == 2 and min(node.clock.sleeps) > 0
+    # Unpaced: no sleep at all.
+    node = Node(3)
+    node.make().run()
+    assert node.clock.sleeps == [] and node.loop.cadence is None
+    with pytest.raises(ConfigError, match='hz'):
+        Node(1).make(pace_hz=0.0)
+
+
+def test_control_loop_reports_its_real_time_factor_every_report_period():
+    sim = [0.0]
+    node = Node(200)
+    original = node.cycle
+
+    def cycle():
+        original()
+        sim[0] += 1.0 / HZ  # one simulated period per cycle
+    node.cycle = cycle
+    reports: list[float] = []
+    # Paced at half the control rate: half a simulated second per wall second.
+    node.make(pace_hz=HZ / 2, sim_time=lambda: sim[0], report=reports.append,
+              report_period_s=1.0).run()
+    # 200 cycles at 25 Hz: 8 s of wall time, one report once each second has passed.
+    assert len(reports) == 7
+    assert reports == pytest.approx([0.5] * 7, rel=0.05)
+    assert node.loop.real_time_factor() == pytest.approx(0.5, rel=0.05)
