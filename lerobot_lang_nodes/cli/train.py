@@ -35,6 +35,14 @@ def _policy_arguments(p: argparse.ArgumentParser) -> None:
                    help='random image shift in pixels while training (default 4; 0 = off)')
     p.add_argument('--relative-actions', action='store_true',
                    help='predict each step as an offset from the current joint state')
+    p.add_argument('--intervention-weight', type=float, default=1.0,
+                   help='sampling weight of frames under a human\'s (or the virtual '
+                        'operator\'s) correction, the dataset\'s intervention column, against '
+                        '1 for a plain frame (default 1: every frame alike)')
+    p.add_argument('--learner-weight', type=float, default=1.0,
+                   help='sampling weight of the other frames of an episode that holds a '
+                        'correction: what the learned policy commanded itself (default 1; '
+                        '0: train on the corrections only, HG-DAgger)')
     p.add_argument('--instruction', choices=policy.INSTRUCTIONS, default='subtask',
                    help='condition on the active subtask (else the task), or the task only')
     p.add_argument('--lr', type=float, default=0.0, help='peak learning rate (default: the '
@@ -55,7 +63,8 @@ def _run_policy(args: argparse.Namespace) -> int:
             n_action_steps=args.n_action_steps or None, image_size=args.image_size,
             instruction=args.instruction, lr=args.lr or None, device=args.device,
             num_threads=args.threads, log_every=args.log_every, keypoints=args.keypoints,
-            shift_pixels=args.shift_pixels, relative_actions=args.relative_actions)
+            shift_pixels=args.shift_pixels, relative_actions=args.relative_actions,
+            intervention_weight=args.intervention_weight, learner_weight=args.learner_weight)
     except (DatasetError, SettingsError) as exc:
         print(f'train-policy: {exc}', file=sys.stderr)
         return 2

@@ -26,6 +26,14 @@ differ, on purpose:
   camera frames) and kept in memory as uint8; the steps then sample from that cache. Decoding
   AV1 video for every sample of every step would cost far more than the model on a CPU.
 
+Corrections (DAgger): a dataset recorded with a human or the virtual operator taking over
+has an ``intervention`` column. ``intervention_weight`` samples those frames that many times
+as often as a plain frame; ``learner_weight`` weighs the other frames of an episode that holds
+a correction, i.e. what the learned policy commanded itself before and after it was taken
+over (0: never trained on, HG-DAgger's choice: its own drift, up to the takeover, is what the
+correction replaces). Episodes without any intervention (plain demonstrations) keep weight 1.
+With every weight 1 (the defaults) the steps walk shuffled epochs as before.
+
 torch and LeRobot are imported only inside the functions; importing this module is cheap.
 """
 
@@ -37,6 +45,7 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +57,7 @@ from lerobot_lang_nodes.training.data import (ACTION_KEY, IMAGE_PREFIX, PERSISTE
 logger = logging.getLogger(__name__)
 
 INSTRUCTIONS = ('subtask', 'task')
+INTERVENTION_KEY = 'intervention'  # recording/dataset.py's column (not imported: it is heavy)
 SUMMARY_FILE = 'training_summary.json'
 # A placeholder name: LeRobot needs a repo id, and the dataset is read from its folder only.
 REPO_ID = 'local/lerobot_lang_dataset'
@@ -67,7 +77,8 @@ def train_policy(dataset_dir: str | Path, output_dir: str | Path, *, steps: int 
                  instruction: str = 'subtask', lr: float | None = None, device: str = 'cpu',
                  num_threads: int = 0, eval_frames: int = 256, log_every: int = 200,
                  keypoints: bool = True, shift_pixels: int = 4,
-                 relative_actions: bool = False) -> dict[str, Any]:
+                 relative_actions: bool = False, intervention_weight: float = 1.0,
+                 learner_weight: float = 1.0) -> dict[str, Any]:
     """Train `lang_chunk` on the dataset in ``dataset_dir``; save it to ``output_dir``.
 
     ``image_size`` is the longest image side the policy runs at; ``instruction`` 'subtask'
@@ -78,7 +89,9 @@ def train_policy(dataset_dir: str | Path, output_dir: str | Path, *, steps: int 
     that many pixels (edge-padded random crop, per frame and camera; DrQ and Diffusion Policy
     train this way): a few dozen demonstrations otherwise let the model memorise pixels.
     ``relative_actions`` predicts each step as an offset from the current state (the model's
-    ``relative_actions``).
+    ``relative_actions``). ``intervention_weight`` / ``learner_weight``: the sampling weights
+    of corrections and of the learner's own frames in corrected episodes (module docstring;
+    ``frame_weights``).
     ``loss_start`` / ``loss_end`` in the summary are the loss on a fixed set of up to
     ``eval_frames`` frames, in eval mode, before the first and after the last step.
     Raises DatasetError (bad dataset or output folder) and SettingsError (bad settings).
@@ -88,6 +101,9 @@ def train_policy(dataset_dir: str | Path, output_dir: str | Path, *, steps: int 
         raise SettingsError(f'steps ({steps}) and batch_size ({batch_size}) must be >= 1')
     if shift_pixels < 0:
         raise SettingsError(f'shift_pixels must be >= 0, got {shift_pixels}')
+    if not (intervention_weight > 0 and learner_weight >= 0):
+        raise SettingsError(f'intervention_weight ({intervention_weight}) must be > 0 and '
+                            f'learner_weight ({learner_weight}) >= 0')
     if instruction not in INSTRUCTIONS:
         raise SettingsError(f'instruction is {instruction!r}; expected one of '
                             f'{list(INSTRUCTIONS)}')
@@ -105,7 +121,9 @@ def train_policy(dataset_dir: str | Path, output_dir: str | Path, *, steps: int 
                          image_size=image_size, instruction=instruction, lr=lr, device=device,
                          eval_frames=eval_frames, log_every=log_every, t0=t0,
                          keypoints=keypoints, shift_pixels=shift_pixels,
-                         relative_actions=relative_actions)
+                         relative_actions=relative_actions,
+                         intervention_weight=intervention_weight,
+                         learner_weight=learner_weight)
     finally:
         torch.set_num_threads(threads)
     return summary
@@ -159,6 +177,8 @@ class FrameCache:
         self.action_is_pad = torch.zeros((n, config.chunk_size), dtype=torch.bool)
         self.texts: list[str] = []
         self.episodes: set[int] = set()
+        self.episode_of: list[int] = []
+        self.intervention: list[bool] = []  # a human (or the virtual operator) commanded
         start = time.monotonic()
         for i in range(n):
             item = dataset[i]
@@ -180,6 +200,9 @@ class FrameCache:
                 task = action_instruction((task, lang.subtask))
             self.texts.append(task)
             self.episodes.add(int(item['episode_index']))
+            self.episode_of.append(int(item['episode_index']))
+            flag = item.get(INTERVENTION_KEY)
+            self.intervention.append(flag is not None and bool(torch.as_tensor(flag).any()))
             if (i + 1) % 1000 == 0:
                 logger.info('decoded %d / %d frames (%.0f s)', i + 1, n,
                             time.monotonic() - start)
@@ -207,6 +230,44 @@ class FrameCache:
         return out
 
 
+def frame_weights(intervention: Sequence[bool], episode_of: Sequence[int],
+                  intervention_weight: float = 1.0, learner_weight: float = 1.0) -> list[float]:
+    """The sampling weight of each frame: ``intervention_weight`` under a correction,
+    ``learner_weight`` for the other frames of an episode holding a correction, 1 elsewhere."""
+    corrected = {e for e, flag in zip(episode_of, intervention) if flag}
+    return [intervention_weight if flag else learner_weight if e in corrected else 1.0
+            for e, flag in zip(episode_of, intervention)]
+
+
+class FrameSampler:
+    """Batches of frame indices: shuffled epochs when every weight is equal (each frame once
+    per epoch), else drawn with replacement in proportion to the weights."""
+
+    def __init__(self, weights: Sequence[float], batch_size: int, generator: Any) -> None:
+        import torch
+        self.weights = torch.as_tensor(list(weights), dtype=torch.float64)
+        if len(self.weights) == 0 or float(self.weights.sum()) <= 0:
+            raise SettingsError('no frame has a sampling weight above 0 (learner_weight 0 on '
+                                'a dataset whose every episode holds a correction, with no '
+                                'intervention frame?)')
+        self.uniform = bool((self.weights == self.weights[0]).all())
+        self.batch_size = batch_size
+        self.gen = generator
+        self._order = None
+        self._cursor = 0
+
+    def next(self) -> Any:
+        import torch
+        n, b = len(self.weights), self.batch_size
+        if not self.uniform:
+            return torch.multinomial(self.weights, b, replacement=True, generator=self.gen)
+        if self._order is None or self._cursor + b > n:
+            self._order, self._cursor = torch.randperm(n, generator=self.gen), 0
+        index = self._order[self._cursor:self._cursor + b]
+        self._cursor += b
+        return index
+
+
 def random_shift(images: Any, pad: int, generator: Any = None) -> Any:
     """(B, C, H, W) images each moved by a random whole-pixel offset in [-pad, pad] on both
     axes; the uncovered border repeats the edge pixels."""
@@ -224,7 +285,8 @@ def _train(info: DatasetInfo, out: Path, *, steps: int, batch_size: int, seed: i
            chunk_size: int, n_action_steps: int, image_size: int, instruction: str,
            lr: float | None, device: str, eval_frames: int, log_every: int,
            t0: float, keypoints: bool, shift_pixels: int,
-           relative_actions: bool) -> dict[str, Any]:
+           relative_actions: bool, intervention_weight: float = 1.0,
+           learner_weight: float = 1.0) -> dict[str, Any]:
     import torch
 
     from lerobot.datasets.factory import resolve_delta_timestamps
@@ -271,14 +333,12 @@ def _train(info: DatasetInfo, out: Path, *, steps: int, batch_size: int, seed: i
 
     loss_start = eval_loss()
     train_start = time.monotonic()
-    order = torch.randperm(n, generator=gen)
-    cursor = 0
+    weights = frame_weights(cache.intervention, cache.episode_of, intervention_weight,
+                            learner_weight)
+    sampler = FrameSampler(weights, batch_size, gen)
     losses: list[float] = []
     for step in range(steps):
-        if cursor + batch_size > n:
-            order, cursor = torch.randperm(n, generator=gen), 0
-        index = order[cursor:cursor + batch_size]
-        cursor += batch_size
+        index = sampler.next()
         policy.train()
         loss, _ = policy.forward(preprocessor(cache.batch(index, shift_pixels, gen)))
         optimizer.zero_grad()
@@ -303,6 +363,10 @@ def _train(info: DatasetInfo, out: Path, *, steps: int, batch_size: int, seed: i
         'steps': steps, 'batch_size': batch_size, 'seed': seed, 'chunk_size': chunk_size,
         'n_action_steps': n_action_steps, 'image_keypoints': keypoints,
         'shift_pixels': shift_pixels, 'relative_actions': relative_actions,
+        'intervention_frames': sum(cache.intervention),
+        'intervention_weight': intervention_weight, 'learner_weight': learner_weight,
+        'sampled_share_intervention': round(sum(w for w, f in zip(weights, cache.intervention)
+                                                if f) / sum(weights), 4),
         'parameters': sum(p.numel() for p in policy.parameters()),
         'loss_start': loss_start, 'loss_end': loss_end,
         'train_loss_first': losses[0], 'train_loss_last': sum(losses[-10:]) / len(losses[-10:]),
