@@ -101,6 +101,22 @@ def node_command(module: str, *ros_args: str, params: dict[str, Any] | None = No
     return argv
 
 
+def with_cycle_fault(node_class: type, fault: Callable[[Any], None]) -> type:
+    """A subclass of a control-loop node whose every cycle first calls ``fault(node)``.
+
+    For tests of the loops' error policy (``fault`` raises in the cycles it chooses): the
+    shipped node keeps no test hook in its loop. Counters ``fault`` keeps must exist before the
+    node's constructor returns, as a simulator bridge's loop starts inside it.
+    """
+    class WithCycleFault(node_class):
+        def _cycle(self):
+            fault(self)
+            return super()._cycle()
+
+    WithCycleFault.__name__ = WithCycleFault.__qualname__ = f'{node_class.__name__}WithFault'
+    return WithCycleFault
+
+
 def format_param(value: Any) -> str:
     """Render a Python value as a `-p name:=value` literal (YAML)."""
     if isinstance(value, bool):

@@ -4,7 +4,8 @@ with the simulation thread, clock and status publishing, the loop's error report
 diagnostics.
 
 A bridge node mixes SimulatorBridge into its rclpy Node, sets ``chunk_executor``, ``cfg``
-(with ``ctrl_hz``), ``loop_errors``, ``diagnostics`` and ``_cadence``, and implements
+(with ``ctrl_hz``), ``loop_errors``, ``diagnostics`` and ``_control`` (its ControlLoop, whose
+``publish_failed`` is ``_outputs.failed``), and implements
 ``_sim_time()``, ``_reset_reply()``, ``_on_task()`` and ``_on_context()`` (what a goal is
 differs per simulator).
 """
@@ -24,6 +25,7 @@ from lerobot_lang_msgs.msg import ActionChunk, LanguageContext, RuntimeStatus
 from lerobot_lang_nodes.nodes import convert, qos
 from lerobot_lang_nodes.nodes.commands import CommandSubscription
 from lerobot_lang_nodes.nodes.execution import submit_chunk_msg
+from lerobot_lang_nodes.nodes.publishing import PublishGuard
 
 
 class SimulatorBridge:
@@ -38,7 +40,9 @@ class SimulatorBridge:
         self._lock = threading.Lock()
         self._reset_request: threading.Event | None = None
         self._loop_error = ''
-        self.publish_errors = 0  # writes DDS refused (each costs one tick of outputs)
+        # A failed publish (DDS refused a write) costs this tick's outputs, never the
+        # simulation loop.
+        self._outputs = PublishGuard(self, 'publish', 'the simulation goes on')
         self._clock_pub = self.create_publisher(Clock, '/clock', qos.CLOCK)
         self._status_pub = self.create_publisher(RuntimeStatus, 'runtime_status', qos.STATUS)
         self.create_subscription(ActionChunk, 'action_chunk', self._on_chunk, qos.COMMAND)
@@ -118,14 +122,10 @@ class SimulatorBridge:
     def _publish_status(self, now: float) -> None:
         self._status_pub.publish(convert.status_to_msg(self.chunk_executor.status(), now))
 
-    def _publish_failed(self, exc: Exception) -> None:
-        """DDS refused a write: it costs this tick's outputs, never the simulation loop
-        (re-raised only when ROS is shutting down)."""
-        if not self.context.ok():
-            raise exc
-        self.publish_errors += 1
-        self.get_logger().error(f'publish failed ({self.publish_errors} so far; the '
-                                f'simulation goes on): {exc}', throttle_duration_sec=5.0)
+    @property
+    def publish_errors(self) -> int:
+        """Writes DDS refused (each costs that tick's outputs)."""
+        return self._outputs.count
 
     def _report_loop_error(self, exc: Exception) -> None:
         """An unexpected exception in a cycle: pause (queue cleared), report ERROR.
@@ -152,8 +152,9 @@ class SimulatorBridge:
                   'discarded_stale': st.discarded_stale,
                   'discarded_old_observation': st.discarded_old_observation,
                   'rejected_invalid': st.rejected_invalid, 'ctrl_hz': self.cfg.ctrl_hz}
-        if self._cadence is not None:
-            values.update({f'loop.{k}': v for k, v in self._cadence.stats().items()})
+        cadence = self._control.cadence if self._control is not None else None
+        if cadence is not None:
+            values.update({f'loop.{k}': v for k, v in cadence.stats().items()})
         if self._loop_error and st.mode == 'paused':
             return 'error', f'simulation loop error: {self._loop_error}; paused', values
         # Say why the arm stands still: a policy on another computer may be cut off.

@@ -13,21 +13,20 @@ from __future__ import annotations
 
 import math
 import threading
-import time
 from dataclasses import dataclass, field
 
-from rclpy.impl.implementation_singleton import rclpy_implementation as _rclpy
 from rclpy.node import Node
 from sensor_msgs.msg import CameraInfo, Image, JointState
 from std_msgs.msg import String
 
 from lerobot_lang_msgs.msg import LanguageContext, TaskOutcome
-from lerobot_lang_nodes.core.control_loop import Cadence, LoopErrors, LoopTicks
+from lerobot_lang_nodes.core.control_loop import ControlLoop, LoopErrors, Outputs
 from lerobot_lang_nodes.nodes import convert, qos, runner
 from lerobot_lang_nodes.nodes.diagnostics import DiagnosticsPublisher
 from lerobot_lang_nodes.nodes.bridge import SimulatorBridge
 from lerobot_lang_nodes.nodes.execution import ExecutorParams, make_chunk_executor
 from lerobot_lang_nodes.nodes.params import declare_config, reject_unknown_parameters
+from lerobot_lang_nodes.nodes.publishing import PublishError
 from lerobot_lang_nodes.robocasa import layout
 from lerobot_lang_nodes.robocasa.envs import SIMULATORS, SPLITS, factory, reseed_rng
 from lerobot_lang_nodes.robocasa.host import KitchenHost, KitchenSpec
@@ -88,6 +87,7 @@ class RoboCasaBridgeNode(SimulatorBridge, Node):
     def __init__(self) -> None:
         self._thread: threading.Thread | None = None
         self._running = False
+        self._control: ControlLoop | None = None
         super().__init__('robocasa_bridge')
         self.cfg = cfg = declare_config(self, RoboCasaBridgeConfig)
         reject_unknown_parameters(self)
@@ -119,10 +119,6 @@ class RoboCasaBridgeNode(SimulatorBridge, Node):
         self._context_revision = 0
         self._have_context = False
         self.loop_errors = LoopErrors()
-        self._cadence: Cadence | None = None
-        self._wall_start: float | None = None
-        self._sim_start = 0.0
-        self.fault_hook = None  # tests: a callable run in each cycle (e.g. one that raises)
 
         self._init_bridge()
         self._joint_pub = self.create_publisher(JointState, 'joint_states', qos.SENSOR)
@@ -136,6 +132,15 @@ class RoboCasaBridgeNode(SimulatorBridge, Node):
         self._publish_task_description()
         self.diagnostics = DiagnosticsPublisher(self, 'robocasa simulation loop',
                                                 self._diagnostic_status)
+        self._control = ControlLoop(
+            ctrl_hz=cfg.ctrl_hz, rates_hz={'camera': cfg.camera_hz, 'status': cfg.status_hz},
+            pace_hz=cfg.ctrl_hz * cfg.real_time_factor if cfg.real_time_factor > 0 else None,
+            catch_up_s=CATCH_UP_S, cycle=self._cycle, publish=self._publish_outputs,
+            on_error=self._on_loop_error, on_ok=self.loop_errors.succeeded,
+            publish_failed=self._outputs.failed, publish_error=PublishError,
+            needs_refill=self.chunk_executor.needs_refill, ok=self.context.ok,
+            sim_time=self._sim_time, report=self._report_real_time_factor,
+            report_period_s=REPORT_PERIOD_S)
         self._start_loop.set()
         self.get_logger().info(
             f'robocasa_bridge ready: {cfg.simulator} {cfg.task!r}, episode language '
@@ -180,63 +185,38 @@ class RoboCasaBridgeNode(SimulatorBridge, Node):
         self._loop()
 
     def _loop(self) -> None:
-        cfg, host = self.cfg, self.host
-        ticks = LoopTicks(cfg.ctrl_hz, camera=cfg.camera_hz, status=cfg.status_hz)
-        cadence = (Cadence(cfg.ctrl_hz * cfg.real_time_factor, time.monotonic(),
-                           catch_up_s=CATCH_UP_S) if cfg.real_time_factor > 0 else None)
-        self._cadence = cadence
-        self._wall_start, self._sim_start = time.monotonic(), host.sim_time
-        report_at = self._wall_start + REPORT_PERIOD_S
         try:
-            self._publish_all(host.sim_time, images=True)
-            while self._running and self.context.ok():
-                action = None
-                try:
-                    self._maybe_reset()
-                    if self.fault_hook is not None:
-                        self.fault_hook()
-                    action = self.chunk_executor.tick(host.sim_time)
-                    if host.step(action):
-                        self.get_logger().warning(
-                            f'the environment ended the episode (horizon {cfg.horizon}); '
-                            f'the kitchen was reset with seed {host.seed} '
-                            f'({host.terminations} so far)')
-                        self._publish_task_description()
-                except _rclpy.RCLError:
-                    raise
-                except Exception as exc:  # noqa: BLE001 - a dead loop would freeze the robot
-                    self._on_loop_error(exc)
-                else:
-                    self.loop_errors.succeeded()
-                refill = ticks.refill_edge(self.chunk_executor.needs_refill())
-                try:
-                    self._publish_all(host.sim_time, images=ticks.due('camera'),
-                                      status=ticks.due('status'), refill=refill)
-                except _rclpy.RCLError as exc:
-                    self._publish_failed(exc)
-                ticks.advance()
-                if cadence is not None:
-                    time.sleep(cadence.delay(time.monotonic()))
-                if time.monotonic() > report_at:
-                    self.get_logger().info(
-                        f'real-time factor {self.real_time_factor():.2f} (environment step '
-                        f'{host.times.median_ms():.0f} ms median, {len(cfg.cameras)} views at '
-                        f'{cfg.image_size} px)')
-                    report_at = time.monotonic() + REPORT_PERIOD_S
-        except _rclpy.RCLError:
-            if self.context.ok():
-                raise
+            with self._outputs:
+                self._publish_all(self.host.sim_time, images=True)
+            self._control.run()
         finally:
-            host.close()
+            self.host.close()
+
+    def _cycle(self) -> None:
+        """One control period: the action due now and one environment step."""
+        self._maybe_reset()
+        host = self.host
+        action = self.chunk_executor.tick(host.sim_time)
+        if host.step(action):
+            self.get_logger().warning(
+                f'the environment ended the episode (horizon {self.cfg.horizon}); the kitchen '
+                f'was reset with seed {host.seed} ({host.terminations} so far)')
+            self._publish_task_description()
+
+    def _publish_outputs(self, due: Outputs) -> None:
+        self._publish_all(self.host.sim_time, images='camera' in due, status='status' in due,
+                          refill=due.refill)
+
+    def _report_real_time_factor(self, rtf: float) -> None:
+        self.get_logger().info(
+            f'real-time factor {rtf:.2f} (environment step {self.host.times.median_ms():.0f} '
+            f'ms median, {len(self.cfg.cameras)} views at {self.cfg.image_size} px)')
 
     def real_time_factor(self) -> float:
         """Simulated seconds per wall second since the loop started."""
-        if self._wall_start is None:
-            return 0.0
-        wall = time.monotonic() - self._wall_start
-        return (self.host.sim_time - self._sim_start) / wall if wall > 0 else 0.0
+        return self._control.real_time_factor() if self._control is not None else 0.0
 
-    def _on_loop_error(self, exc: Exception) -> None:
+    def _on_loop_error(self, exc: Exception) -> bool:
         """An unexpected exception in a cycle: pause (queue cleared), hold, report ERROR."""
         self._report_loop_error(exc)
         try:
@@ -245,6 +225,7 @@ class RoboCasaBridgeNode(SimulatorBridge, Node):
             self.get_logger().error(f'holding step failed too: {step_exc}',
                                     throttle_duration_sec=2.0)
         self.diagnostics.publish_now()
+        return True
 
     def _maybe_reset(self) -> None:
         request = self._take_reset_request()
@@ -330,6 +311,8 @@ class RoboCasaBridgeNode(SimulatorBridge, Node):
 
     def close(self) -> None:
         self._running = False
+        if self._control is not None:
+            self._control.stop()
         if hasattr(self, '_start_loop'):
             self._start_loop.set()
         if self._thread is not None:

@@ -15,14 +15,13 @@ import time
 from dataclasses import dataclass, field
 
 import numpy as np
-from rclpy.impl.implementation_singleton import rclpy_implementation as _rclpy
 from rclpy.node import Node
 from sensor_msgs.msg import CameraInfo, CompressedImage, Image, JointState
 from std_msgs.msg import String
 
 from lerobot_lang_msgs.msg import LanguageContext, TaskOutcome
 from lerobot_lang_nodes.core.images import SO101_CAMERAS
-from lerobot_lang_nodes.core.control_loop import (Cadence, LoopErrors, LoopTicks,
+from lerobot_lang_nodes.core.control_loop import (ControlLoop, LoopErrors, Outputs,
                                                   scheduling_label, set_realtime)
 from lerobot_lang_nodes.core.dispatch_file import DispatchFile
 from lerobot_lang_nodes.core.safety import SafetyLimits
@@ -33,6 +32,7 @@ from lerobot_lang_nodes.nodes.execution import (ArmExecutionParams, change_limit
                                                 make_chunk_executor)
 from lerobot_lang_nodes.nodes.params import (declare_config, reject_unknown_parameters,
                                              watch_runtime_parameters)
+from lerobot_lang_nodes.nodes.publishing import PublishError
 from lerobot_lang_nodes.nodes.teleop import TeleopPort
 from lerobot_lang_nodes.sim import tasks  # text parsing only: no MuJoCo import
 
@@ -96,7 +96,7 @@ class SimBridgeNode(SimulatorBridge, Node):
     def __init__(self) -> None:
         self._thread: threading.Thread | None = None
         self._camera_worker = None
-        self._running = False
+        self._control: ControlLoop | None = None
         super().__init__('sim_bridge')
         self.cfg = declare_config(self, SimBridgeConfig)
         reject_unknown_parameters(self)
@@ -124,9 +124,7 @@ class SimBridgeNode(SimulatorBridge, Node):
         self._goal = None
         self._hold = self.scene.joint_positions()
         self.loop_errors = LoopErrors()  # unexpected exceptions caught in the loop
-        self._cadence: Cadence | None = None
         self._scheduling_refused = ''  # why thread_priority could not be applied
-        self.fault_hook = None  # tests: a callable run in each cycle (e.g. one that raises)
         self._init_bridge()
         # Run mode teleop: the simulated arm follows a leader arm (/leader/joint_states) as the
         # real one does, through the same executor and safety limits; takeover / handback.
@@ -157,7 +155,19 @@ class SimBridgeNode(SimulatorBridge, Node):
                                                render_stats=self.scene.stats,
                                                nice=self.cfg.render_nice)
         self.diagnostics = DiagnosticsPublisher(self, 'simulation loop', self._diagnostic_status)
-        self._running = True
+        cfg = self.cfg
+        # Paced on the wall clock at ctrl_hz * real_time_factor. Simulated time is the
+        # bridge's own (one period per cycle whatever the wall clock says), so a short stall
+        # is caught up back to back; a long one (CPU starved) restarts the pacing instead.
+        self._control = ControlLoop(
+            ctrl_hz=cfg.ctrl_hz,
+            rates_hz={'camera': cfg.camera_hz, 'status': cfg.status_hz, 'truth': cfg.truth_hz},
+            pace_hz=cfg.ctrl_hz * cfg.real_time_factor if cfg.real_time_factor > 0 else None,
+            catch_up_s=CATCH_UP_S, cycle=self._cycle, publish=self._publish_outputs,
+            on_error=self._on_loop_error, on_ok=self.loop_errors.succeeded,
+            publish_failed=self._outputs.failed, publish_error=PublishError,
+            needs_refill=self.chunk_executor.needs_refill, ok=self.context.ok,
+            sim_time=self._sim_time, report=self._report_real_time_factor)
         self._thread = threading.Thread(target=self._loop, name='sim-loop', daemon=True)
         self._thread.start()
         self.get_logger().info(
@@ -207,16 +217,7 @@ class SimBridgeNode(SimulatorBridge, Node):
     # --- the simulation thread ------------------------------------------------------------
     def _loop(self) -> None:
         cfg = self.cfg
-        period = 1.0 / cfg.ctrl_hz
-        ticks = LoopTicks(cfg.ctrl_hz, camera=cfg.camera_hz, status=cfg.status_hz,
-                          truth=cfg.truth_hz)
-        # Paced on the wall clock at ctrl_hz * real_time_factor. Simulated time is the
-        # bridge's own (one period per cycle whatever the wall clock says), so a short stall
-        # is caught up back to back; a long one (CPU starved) restarts the pacing instead.
-        cadence = (Cadence(cfg.ctrl_hz * cfg.real_time_factor, time.monotonic(),
-                           catch_up_s=CATCH_UP_S) if cfg.real_time_factor > 0 else None)
-        self._cadence = cadence
-        if cfg.thread_priority and cadence is None:
+        if cfg.thread_priority and cfg.real_time_factor <= 0:
             # Back-to-back cycles under SCHED_FIFO would leave the other nodes one core less.
             self._scheduling_refused = 'not paced (real_time_factor 0): normal scheduling'
             self.get_logger().info(f'simulation thread: {self._scheduling_refused}')
@@ -224,67 +225,57 @@ class SimBridgeNode(SimulatorBridge, Node):
             self._scheduling_refused = set_realtime(cfg.thread_priority)
             if self._scheduling_refused:
                 self.get_logger().warning(f'simulation thread: {self._scheduling_refused}')
-        wall_start, sim_start = time.monotonic(), self.scene.sim_time
-        report_at = wall_start + 30.0
-        try:
-            while self._running and self.context.ok():
-                try:
-                    self._maybe_reset()
-                    now = self.scene.sim_time
-                    if self.fault_hook is not None:
-                        self.fault_hook()
-                    action = self.chunk_executor.tick(now)
-                    present = self.scene.joint_positions()
-                    if action is not None:
-                        self._hold = self.safety.apply(action, present)
-                except _rclpy.RCLError:
-                    raise
-                except Exception as exc:  # noqa: BLE001 - a dead loop would freeze the robot
-                    self._on_loop_error(exc)
-                else:
-                    self.loop_errors.succeeded()
-                # No action (paused, starved, error): keep the last safe target, never replay.
-                self.scene.apply_action(self._hold)
-                now = self.scene.step(period)
-                refill = ticks.refill_edge(self.chunk_executor.needs_refill())
-                # Who commands the arm changed (e.g. the leader fell silent): say it at once.
-                source = self.chunk_executor.control_source
-                switched, self._control_source = source != self._control_source, source
-                # A failed publish (DDS refused a write) costs this tick's outputs, never the
-                # simulation loop.
-                try:
-                    self._publish_clock(now)
-                    self._publish_joints(now)
-                    if ticks.due('camera') and self._camera_worker is not None:
-                        self._camera_worker.offer(self.scene.data, now)
-                    # Publish at once when the queue crosses the refill threshold, so the
-                    # policy starts the next inference without waiting for the periodic status.
-                    if ticks.due('status') or refill or switched:
-                        self._publish_status(now)
-                    if ticks.due('truth'):
-                        self._publish_world(now)
-                except _rclpy.RCLError as exc:
-                    self._publish_failed(exc)
-                ticks.advance()
-                if cadence is not None:
-                    time.sleep(cadence.delay(time.monotonic()))
-                if time.monotonic() > report_at:
-                    wall = time.monotonic() - wall_start
-                    self.get_logger().info(
-                        f'real-time factor {(now - sim_start) / wall:.2f} (physics alone '
-                        f'{self.scene.stats.physics_rtf:.1f}x, render '
-                        + ', '.join(f'{c} {self.scene.stats.render_ms(c):.1f} ms'
-                                    for c in cfg.cameras) + ')')
-                    report_at = time.monotonic() + 30.0
-        except _rclpy.RCLError:
-            if self.context.ok():
-                raise
-            # Ctrl-C shut the context down between the loop check and a publish: stopping.
+        self._control.run()
 
-    def _on_loop_error(self, exc: Exception) -> None:
-        """An unexpected exception in a cycle: pause (queue cleared), hold, report ERROR."""
+    def _cycle(self) -> None:
+        """One control period: the action due now, clamped, and one period of physics."""
+        self._maybe_reset()
+        action = self.chunk_executor.tick(self.scene.sim_time)
+        present = self.scene.joint_positions()
+        if action is not None:
+            self._hold = self.safety.apply(action, present)
+        self._step_physics()
+
+    def _step_physics(self) -> None:
+        # No action (paused, starved, error): keep the last safe target, never replay.
+        self.scene.apply_action(self._hold)
+        self.scene.step(1.0 / self.cfg.ctrl_hz)
+
+    def _publish_outputs(self, due: Outputs) -> None:
+        now = self.scene.sim_time
+        # Who commands the arm changed (e.g. the leader fell silent): say it at once.
+        source = self.chunk_executor.control_source
+        switched, self._control_source = source != self._control_source, source
+        self._publish_clock(now)
+        self._publish_joints(now)
+        if 'camera' in due and self._camera_worker is not None:
+            self._camera_worker.offer(self.scene.data, now)
+        # Publish at once when the queue crosses the refill threshold, so the policy starts
+        # the next inference without waiting for the periodic status.
+        if 'status' in due or due.refill or switched:
+            self._publish_status(now)
+        if 'truth' in due:
+            self._publish_world(now)
+
+    def _report_real_time_factor(self, rtf: float) -> None:
+        stats = self.scene.stats
+        self.get_logger().info(
+            f'real-time factor {rtf:.2f} (physics alone {stats.physics_rtf:.1f}x, render '
+            + ', '.join(f'{c} {stats.render_ms(c):.1f} ms' for c in self.cfg.cameras) + ')')
+
+    def _on_loop_error(self, exc: Exception) -> bool:
+        """An unexpected exception in a cycle: pause (queue cleared), hold, report ERROR.
+
+        The simulation goes on holding the last safe target, so its clock keeps advancing.
+        """
         self._report_loop_error(exc)
+        try:
+            self._step_physics()
+        except Exception as step_exc:  # noqa: BLE001 - reported; the loop still goes on
+            self.get_logger().error(f'holding step failed too: {step_exc}',
+                                    throttle_duration_sec=2.0)
         self.diagnostics.publish_now()
+        return True
 
     def _diagnostic_status(self) -> tuple[str, str, dict]:
         extra = {'loop.scheduling': scheduling_label(self.cfg.thread_priority,
@@ -313,9 +304,11 @@ class SimBridgeNode(SimulatorBridge, Node):
         self.scene.reset(self.cfg.seed + RESET_SEED_STRIDE * self._reset_count)
         self._hold = self.scene.joint_positions()
         self.get_logger().info(f'scene reset #{self._reset_count}, seed {self.scene.seed}')
-        # Publish the new world before answering, so no planner acts on the old layout.
-        self._publish_status(self.scene.sim_time)
-        self._publish_world(self.scene.sim_time)
+        # Publish the new world before answering, so no planner acts on the old layout (a
+        # refused write costs that output only: the reset is answered all the same).
+        with self._outputs:
+            self._publish_status(self.scene.sim_time)
+            self._publish_world(self.scene.sim_time)
         request.set()
 
     def _publish_joints(self, now: float) -> None:
@@ -331,11 +324,12 @@ class SimBridgeNode(SimulatorBridge, Node):
         try:
             for cam, image in images.items():
                 self._publish_image(cam, image, now)
-        except _rclpy.RCLError as exc:
+        except PublishError as exc:
+            # Not only a refused write: while ROS shuts down the render thread must stop.
             if not self.context.ok():
                 from lerobot_lang_nodes.sim.camera_worker import RenderStopped
                 raise RenderStopped from exc
-            self._publish_failed(exc)
+            self._outputs.failed(exc)
 
     def _publish_image(self, cam: str, image: np.ndarray, now: float) -> None:
         frame = f'{cam}_camera_optical_frame'
@@ -370,7 +364,8 @@ class SimBridgeNode(SimulatorBridge, Node):
         self._outcome_pub.publish(outcome)
 
     def close(self) -> None:
-        self._running = False
+        if self._control is not None:
+            self._control.stop()
         if self._thread is not None:
             self._thread.join(timeout=10.0)
         if self._camera_worker is not None:

@@ -11,22 +11,20 @@ from std_srvs.srv import Trigger
 from lerobot_lang_msgs.msg import RuntimeStatus
 from lerobot_lang_nodes.nodes import qos
 
-# The node as shipped, with a cycle hook that raises an unexpected type once (cycle 20).
+# The node as shipped, with a cycle that raises an unexpected type once (cycle 20).
 FAULTY_SIM = '''
-import sys
+import itertools, sys
 from lerobot_lang_nodes.nodes import runner, sim_bridge_node
+from lerobot_lang_nodes.testing import with_cycle_fault
 
-class Faulty(sim_bridge_node.SimBridgeNode):
-    def __init__(self):
-        super().__init__()
-        self.cycles = 0
-        def hook():
-            self.cycles += 1
-            if self.cycles == 20:
-                raise KeyError('injected fault')
-        self.fault_hook = hook
+cycles = itertools.count(1)
 
-sys.exit(runner.run(Faulty, sys.argv[1:], name='sim_bridge'))
+def fault(node):
+    if next(cycles) == 20:
+        raise KeyError('injected fault')
+
+sys.exit(runner.run(with_cycle_fault(sim_bridge_node.SimBridgeNode, fault), sys.argv[1:],
+                    name='sim_bridge'))
 '''
 
 
