@@ -21,11 +21,9 @@ from __future__ import annotations
 
 import os
 import threading
-import time
 from dataclasses import dataclass, field
 
 from diagnostic_msgs.msg import DiagnosticArray
-from rclpy.impl.implementation_singleton import rclpy_implementation as _rclpy
 from rclpy.lifecycle import Node as LifecycleNode
 from rclpy.lifecycle import State, TransitionCallbackReturn
 from sensor_msgs.msg import JointState
@@ -33,7 +31,7 @@ from std_msgs.msg import Float64
 from std_srvs.srv import Trigger
 
 from lerobot_lang_msgs.msg import ActionChunk, LanguageContext, RuntimeStatus
-from lerobot_lang_nodes.core.control_loop import (Cadence, LoopTicks, scheduling_label,
+from lerobot_lang_nodes.core.control_loop import (ControlLoop, Outputs, scheduling_label,
                                                   set_realtime)
 from lerobot_lang_nodes.core.dispatch_file import DispatchFile
 from lerobot_lang_nodes.core.executor import ChunkExecutor
@@ -44,6 +42,7 @@ from lerobot_lang_nodes.nodes.execution import (ArmExecutionParams, change_limit
 from lerobot_lang_nodes.nodes.params import (declare_config, ParameterError,
                                              watch_runtime_parameters,
                                              reject_unknown_parameters)
+from lerobot_lang_nodes.nodes.publishing import PublishError, PublishGuard
 from lerobot_lang_nodes.nodes.teleop import TeleopPort
 from lerobot_lang_nodes.so101.calibration import JOINT_NAMES, load_calibration
 from lerobot_lang_nodes.so101.control_host import HostConfig, So101ControlHost
@@ -110,8 +109,10 @@ class So101DriverNode(LifecycleNode):
 
     def __init__(self) -> None:
         self._thread: threading.Thread | None = None
-        self._running = False
+        self._control: ControlLoop | None = None
         self._scheduling_refused = ''  # why thread_priority could not be applied
+        self._state: RobotState | None = None  # the last cycle's reading, when it succeeded
+        self._state_s = 0.0
         super().__init__('so101_driver')
         self.cfg = declare_config(self, So101DriverConfig)
         reject_unknown_parameters(self)
@@ -132,7 +133,6 @@ class So101DriverNode(LifecycleNode):
                               if cfg.dispatch_log_path else None)
         self._dispatching: tuple[int, int, int] = (0, 0, 0)  # the executor's last action
         self.chunk_executor = self._make_chunk_executor()
-        self.fault_hook = None  # tests: a callable run in each cycle (e.g. one that raises)
         self.host = So101ControlHost(
             self._make_robot, self.chunk_executor,
             HostConfig(command_timeout_s=cfg.command_timeout_s,
@@ -160,7 +160,10 @@ class So101DriverNode(LifecycleNode):
                 self.chunk_executor.status(), self._now())),
             refusal=self.host.refusal, on_teleop=self._teleop, on_handback=self.host.handback)
         self._auto_timer = None
-        self._cadence: Cadence | None = None
+        # A failed publish (DDS refused a write) costs one tick's outputs, never the loop:
+        # the servos must keep being read, clamped and watched.
+        self._outputs = PublishGuard(self, 'publish', 'the control loop goes on',
+                                     on_failed=self._count_publish_error)
         self.get_logger().info(
             f'so101_driver on {cfg.port} at {cfg.baudrate} baud, ctrl_hz={cfg.ctrl_hz}, '
             f'max_relative_target={self._max_relative()}, watchdog={cfg.command_timeout_s} s, '
@@ -239,8 +242,19 @@ class So101DriverNode(LifecycleNode):
             self.get_logger().error(f'configure failed: {problem}', throttle_duration_sec=10.0)
             self._publish_diagnostics(None)
             return TransitionCallbackReturn.FAILURE
-        self._running = True
-        self._thread = threading.Thread(target=self._loop, name='so101-control', daemon=True)
+        cfg = self.cfg
+        self._control = ControlLoop(
+            ctrl_hz=cfg.ctrl_hz,
+            rates_hz={'status': cfg.status_hz, 'diagnostics': cfg.diagnostics_hz},
+            # Missed slots are skipped, never run back to back: the executor's catch-up has
+            # already skipped the late actions, so sprinting would play the rest early.
+            pace_hz=cfg.ctrl_hz, cycle=self._cycle, publish=self._publish_outputs,
+            # After a failed cycle the error path has reported; what was read is unknown.
+            on_error=self._on_loop_error, on_ok=self.host.loop_ok, outputs_after_error=False,
+            publish_failed=self._outputs.failed, publish_error=PublishError,
+            needs_refill=self.chunk_executor.needs_refill, ok=self.context.ok)
+        self._thread = threading.Thread(target=self._loop, args=(self._control,),
+                                        name='so101-control', daemon=True)
         self._thread.start()
         self.get_logger().info('configured: servos answer, LeRobot settings applied, torque off')
         return TransitionCallbackReturn.SUCCESS
@@ -275,7 +289,8 @@ class So101DriverNode(LifecycleNode):
     def _release(self) -> None:
         """Stop the control thread, torque off (when configured) and close the port."""
         self.host.active = False
-        self._running = False
+        if self._control is not None:
+            self._control.stop()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout=5.0)
         self._thread = None
@@ -323,61 +338,52 @@ class So101DriverNode(LifecycleNode):
         return response
 
     # --- the control thread ---------------------------------------------------------------
-    def _loop(self) -> None:
-        cfg = self.cfg
-        ticks = LoopTicks(cfg.ctrl_hz, status=cfg.status_hz, diagnostics=cfg.diagnostics_hz)
-        # Missed slots are skipped, never run back to back: the executor's catch-up has
-        # already skipped the late actions, so sprinting would play the rest early.
-        cadence = Cadence(cfg.ctrl_hz, time.monotonic())
-        self._cadence = cadence
-        self._scheduling_refused = set_realtime(cfg.thread_priority)
+    def _loop(self, control: ControlLoop) -> None:
+        self._scheduling_refused = set_realtime(self.cfg.thread_priority)
         if self._scheduling_refused:
             self.get_logger().warning(f'control thread: {self._scheduling_refused}')
-        while self._running and self.context.ok():
-            # A failed publish (DDS refused a write) costs one tick's outputs, never the loop:
-            # the servos must keep being read, clamped and watched.
-            try:
-                if self.fault_hook is not None:
-                    self.fault_hook()
-                cycle = self.host.cycle()
-                state = cycle.state
-                now = self._now()
-                if cycle.goal is not None and self._dispatch_log is not None:
-                    self._dispatch_log.write(now, cycle.written_at, *self._dispatching,
-                                             cycle.goal)
-                if state is not None:
-                    self._present = state.position_rad.copy()
-                    self._publish_joints(state, now)
-                refill = ticks.refill_edge(self.chunk_executor.needs_refill())
-                # Who commands the arm changed (e.g. the leader fell silent): say it at once.
-                source = self.chunk_executor.control_source
-                switched, self._control_source = source != self._control_source, source
-                if ticks.due('status') or refill or switched:
-                    self._status_pub.publish(convert.status_to_msg(
-                        self.chunk_executor.status(), now))
-                if ticks.due('diagnostics'):
-                    self._publish_diagnostics(now)
-            except _rclpy.RCLError as exc:
-                if not self.context.ok():
-                    break  # Ctrl-C shut the context down between the check and a publish
-                self.host.publish_errors += 1
-                self.get_logger().error(f'publish failed ({self.host.publish_errors} so far; '
-                                        f'the control loop goes on): {exc}',
-                                        throttle_duration_sec=5.0)
-            except Exception as exc:  # noqa: BLE001 - a dead control thread leaves torque on
-                try:
-                    keep_going = self.host.loop_error(exc)
-                    self._publish_diagnostics(None)
-                except Exception:  # noqa: BLE001 - the error path itself failed
-                    keep_going = False
-                if not keep_going:
-                    if not self.context.ok():
-                        break  # shutting down: the exit path releases the arm
-                    self._fail_hard(exc)
-            else:
-                self.host.loop_ok()
-            ticks.advance()
-            time.sleep(cadence.delay(time.monotonic()))
+        control.run()
+
+    def _cycle(self) -> None:
+        """Read, command and watch the servos once (So101ControlHost.cycle)."""
+        self._state = None
+        cycle = self.host.cycle()
+        now = self._now()
+        if cycle.goal is not None and self._dispatch_log is not None:
+            self._dispatch_log.write(now, cycle.written_at, *self._dispatching, cycle.goal)
+        if cycle.state is not None:
+            self._present = cycle.state.position_rad.copy()
+        self._state, self._state_s = cycle.state, now
+
+    def _publish_outputs(self, due: Outputs) -> None:
+        now = self._state_s
+        if self._state is not None:
+            self._publish_joints(self._state, now)
+        # Who commands the arm changed (e.g. the leader fell silent): say it at once.
+        source = self.chunk_executor.control_source
+        switched, self._control_source = source != self._control_source, source
+        if 'status' in due or due.refill or switched:
+            self._status_pub.publish(convert.status_to_msg(self.chunk_executor.status(), now))
+        if 'diagnostics' in due:
+            self._publish_diagnostics(now)
+
+    def _on_loop_error(self, exc: Exception) -> bool:
+        """An unexpected exception in a cycle: pause and hold (the host), ERROR; a dead
+        control thread would leave torque on, so only the host's give-up ends the loop."""
+        try:
+            keep_going = self.host.loop_error(exc)
+            with self._outputs:
+                self._publish_diagnostics(None)
+        except Exception:  # noqa: BLE001 - the error path itself failed
+            keep_going = False
+        if not keep_going:
+            if not self.context.ok():
+                return False  # shutting down: the exit path releases the arm
+            self._fail_hard(exc)
+        return True
+
+    def _count_publish_error(self) -> None:
+        self.host.publish_errors += 1
 
     def _fail_hard(self, exc: BaseException) -> None:
         """The loop cannot go on safely: torque off and exit non-zero for the bring-up."""
@@ -401,7 +407,7 @@ class So101DriverNode(LifecycleNode):
     def _publish_diagnostics(self, now: float | None) -> None:
         arr = DiagnosticArray()
         convert.s_to_stamp(self._now() if now is None else now, arr.header.stamp)
-        cadence = self._cadence
+        cadence = self._control.cadence if self._control is not None else None
         loop = {f'loop.{k}': v for k, v in cadence.stats().items()} if cadence else {}
         loop['loop.scheduling'] = scheduling_label(self.cfg.thread_priority,
                                                    self._scheduling_refused)

@@ -20,26 +20,25 @@ from lerobot_lang_nodes.testing import EmulatorProcess, NodeProcess, RosProbe, w
 WAIT_S = 30.0
 LOOP_FAILURE_EXIT = 70
 
-# The node as shipped, with a cycle hook that raises from cycle FIRST on (every cycle when
+# The node as shipped, with a cycle that raises from active cycle FIRST on (every cycle when
 # EVERY, else once).
 FAULTY_DRIVER = '''
 import sys
 from lerobot_lang_nodes.nodes import runner, so101_driver_node
+from lerobot_lang_nodes.testing import with_cycle_fault
 
 FIRST, EVERY = int(sys.argv[1]), sys.argv[2] == 'every'
+cycles = 0
 
-class Faulty(so101_driver_node.So101DriverNode):
-    def __init__(self):
-        super().__init__()
-        self.cycles = 0
-        def hook():
-            if self.host.active:
-                self.cycles += 1
-            if self.cycles == FIRST or (EVERY and self.cycles > FIRST):
-                raise KeyError('injected fault')
-        self.fault_hook = hook
+def fault(node):
+    global cycles
+    if node.host.active:
+        cycles += 1
+    if cycles == FIRST or (EVERY and cycles > FIRST):
+        raise KeyError('injected fault')
 
-sys.exit(runner.run(Faulty, sys.argv[3:], name='so101_driver'))
+sys.exit(runner.run(with_cycle_fault(so101_driver_node.So101DriverNode, fault), sys.argv[3:],
+                    name='so101_driver'))
 '''
 
 
