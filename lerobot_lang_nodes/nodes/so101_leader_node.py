@@ -25,20 +25,20 @@ import time
 from dataclasses import dataclass, field
 
 from diagnostic_msgs.msg import DiagnosticArray
-from rclpy.impl.implementation_singleton import rclpy_implementation as _rclpy
 from rclpy.node import Node
 from sensor_msgs.msg import JointState
 from std_srvs.srv import Trigger
 
-from lerobot_lang_nodes.core.control_loop import (Cadence, LoopTicks, scheduling_label,
+from lerobot_lang_nodes.core.control_loop import (ControlLoop, Outputs, scheduling_label,
                                                   set_realtime)
 from lerobot_lang_nodes.nodes import convert, qos, runner
 from lerobot_lang_nodes.nodes.diagnostics import make_status
 from lerobot_lang_nodes.nodes.params import (declare_config, ParameterError,
                                              reject_unknown_parameters)
+from lerobot_lang_nodes.nodes.publishing import PublishError, PublishGuard
 from lerobot_lang_nodes.so101.calibration import JOINT_NAMES, LEADER_TYPE, load_calibration
 from lerobot_lang_nodes.so101.robot import RobotState, So101Config
-from lerobot_lang_nodes.so101.leader_host import (LeaderCycle, LeaderHost, LeaderHostConfig,
+from lerobot_lang_nodes.so101.leader_host import (LeaderHost, LeaderHostConfig,
                                                   pose_from_joint_state, So101Leader)
 
 LOOP_FAILURE_EXIT = 70  # EX_SOFTWARE, as so101_driver
@@ -102,9 +102,10 @@ class So101LeaderNode(Node):
 
     def __init__(self) -> None:
         self._thread: threading.Thread | None = None
-        self._running = False
+        self._control: ControlLoop | None = None
         self._scheduling_refused = ''
-        self._cadence: Cadence | None = None
+        self._state: RobotState | None = None  # the last cycle's reading, when it succeeded
+        self._next_configure = 0.0
         super().__init__('so101_leader')
         self.cfg = declare_config(self, So101LeaderConfig)
         reject_unknown_parameters(self)
@@ -132,7 +133,14 @@ class So101LeaderNode(Node):
         self.get_logger().info(
             f'so101_leader on {cfg.port} at {cfg.baudrate} baud, read_hz={cfg.read_hz}, '
             f'publishing {cfg.joint_states_topic}; torque off (moved by hand)')
-        self._running = True
+        # A failed publish (DDS refused a write) costs one cycle's outputs, never the loop.
+        self._outputs = PublishGuard(self, 'publish', 'the read loop goes on',
+                                     on_failed=self._count_publish_error)
+        self._control = ControlLoop(
+            ctrl_hz=cfg.read_hz, rates_hz={'diagnostics': cfg.diagnostics_hz},
+            pace_hz=cfg.read_hz, cycle=self._cycle, publish=self._publish_outputs,
+            on_error=self._on_loop_error, on_ok=self.host.loop_ok, outputs_after_error=False,
+            publish_failed=self._outputs.failed, publish_error=PublishError, ok=self.context.ok)
         self._thread = threading.Thread(target=self._loop, name='so101-leader', daemon=True)
         self._thread.start()
 
@@ -195,49 +203,45 @@ class So101LeaderNode(Node):
         return True  # the host has said so
 
     def _loop(self) -> None:
-        cfg = self.cfg
-        ticks = LoopTicks(cfg.read_hz, diagnostics=cfg.diagnostics_hz)
-        self._scheduling_refused = set_realtime(cfg.thread_priority)
+        self._scheduling_refused = set_realtime(self.cfg.thread_priority)
         if self._scheduling_refused:
             self.get_logger().warning(f'read thread: {self._scheduling_refused}')
-        cadence = self._cadence = Cadence(cfg.read_hz, time.monotonic())
-        next_configure = 0.0
-        while self._running and self.context.ok():
-            # A failed publish (DDS refused a write) costs one cycle's outputs, never the loop.
-            try:
-                cycle = LeaderCycle()
-                if self.host.leader is None:
-                    if time.monotonic() >= next_configure:
-                        next_configure = time.monotonic() + cfg.reconnect_period_s
-                        if self._configure():  # the slot grid starts once the servos answer
-                            cadence = self._cadence = Cadence(cfg.read_hz, time.monotonic())
-                else:
-                    cycle = self.host.cycle()
-                if cycle.state is not None:
-                    self._publish_joints(cycle.state)
-                if ticks.due('diagnostics'):
-                    self._publish_diagnostics()
-            except _rclpy.RCLError as exc:
-                if not self.context.ok():
-                    break
-                self.host.publish_errors += 1
-                self.get_logger().error(f'publish failed ({self.host.publish_errors} so far; '
-                                        f'the read loop goes on): {exc}',
-                                        throttle_duration_sec=5.0)
-            except Exception as exc:  # noqa: BLE001 - a dead thread would leave a hold on
-                try:
-                    keep_going = self.host.loop_error(exc)
-                    self._publish_diagnostics()
-                except Exception:  # noqa: BLE001 - the error path itself failed
-                    keep_going = False
-                if not keep_going:
-                    if not self.context.ok():
-                        break
-                    self._fail_hard(exc)
-            else:
-                self.host.loop_ok()
-            ticks.advance()
-            time.sleep(cadence.delay(time.monotonic()))
+        self._control.run()
+
+    def _cycle(self) -> None:
+        """Read the leader once (LeaderHost.cycle), or try to configure it while it is away."""
+        self._state = None
+        if self.host.leader is None:
+            if time.monotonic() >= self._next_configure:
+                self._next_configure = time.monotonic() + self.cfg.reconnect_period_s
+                if self._configure():  # the slot grid starts once the servos answer
+                    self._control.restart_cadence()
+        else:
+            self._state = self.host.cycle().state
+
+    def _publish_outputs(self, due: Outputs) -> None:
+        if self._state is not None:
+            self._publish_joints(self._state)
+        if 'diagnostics' in due:
+            self._publish_diagnostics()
+
+    def _on_loop_error(self, exc: Exception) -> bool:
+        """An unexpected exception in a cycle: the host's hold policy; a dead thread would
+        leave a hold on, so only the host's give-up ends the loop."""
+        try:
+            keep_going = self.host.loop_error(exc)
+            with self._outputs:
+                self._publish_diagnostics()
+        except Exception:  # noqa: BLE001 - the error path itself failed
+            keep_going = False
+        if not keep_going:
+            if not self.context.ok():
+                return False
+            self._fail_hard(exc)
+        return True
+
+    def _count_publish_error(self) -> None:
+        self.host.publish_errors += 1
 
     def _fail_hard(self, exc: BaseException) -> None:
         """The loop cannot go on: torque off and exit non-zero for the bring-up."""
@@ -261,7 +265,7 @@ class So101LeaderNode(Node):
     def _publish_diagnostics(self) -> None:
         arr = DiagnosticArray()
         convert.s_to_stamp(self._now(), arr.header.stamp)
-        cadence = self._cadence
+        cadence = self._control.cadence if self._control is not None else None
         loop = {f'loop.{k}': v for k, v in cadence.stats().items()} if cadence else {}
         loop['loop.scheduling'] = scheduling_label(self.cfg.thread_priority,
                                                    self._scheduling_refused)
@@ -272,7 +276,8 @@ class So101LeaderNode(Node):
 
     def close(self) -> None:
         """Process exit: stop the thread, torque off, close the port."""
-        self._running = False
+        if self._control is not None:
+            self._control.stop()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout=5.0)
         self._thread = None
