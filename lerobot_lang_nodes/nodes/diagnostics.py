@@ -8,13 +8,14 @@ is up does nothing.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+import logging
 from typing import Any
 
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from rclpy.clock import Clock, ClockType
-from rclpy.impl.implementation_singleton import rclpy_implementation as _rclpy
 
 from lerobot_lang_nodes.nodes import qos
+from lerobot_lang_nodes.nodes.publishing import PublishGuard
 
 OK, WARN, ERROR, STALE = (DiagnosticStatus.OK, DiagnosticStatus.WARN, DiagnosticStatus.ERROR,
                           DiagnosticStatus.STALE)
@@ -59,6 +60,8 @@ class DiagnosticsPublisher:
         self._hardware_id = hardware_id
         self._status_fn = status_fn
         self._pub = node.create_publisher(DiagnosticArray, 'diagnostics', qos.STATUS)
+        self._refused = PublishGuard(node, 'diagnostics publish', 'the next period publishes '
+                                     'again', level=logging.WARNING, period_s=10.0)
         # Steady clock, not the node's: under use_sim_time, when /clock jumps back and forth
         # (two simulators in one domain, a leftover one), a ROS-time timer makes the executor
         # spin without sleeping: planner, policy and recorder were seen at ~95 % CPU each,
@@ -67,14 +70,10 @@ class DiagnosticsPublisher:
                                         clock=Clock(clock_type=ClockType.STEADY_TIME))
 
     def publish_now(self) -> None:
-        try:
+        with self._refused:
             level, message, values = self._status_fn()
             arr = DiagnosticArray()
             arr.header.stamp = self._node.get_clock().now().to_msg()
             arr.status.append(make_status(self._name, self._hardware_id, level, message,
                                           values))
             self._pub.publish(arr)
-        except _rclpy.RCLError as exc:  # DDS refused a write: the next period publishes again
-            if self._node.context.ok():
-                self._node.get_logger().warning(f'diagnostics not published: {exc}',
-                                                throttle_duration_sec=10.0)

@@ -14,6 +14,7 @@ RunTask / VQA answer, instead of exiting into a restart loop.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import threading
 import time
@@ -22,7 +23,6 @@ from typing import Any
 
 from rclpy.action import ActionServer, CancelResponse, GoalResponse
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup, ReentrantCallbackGroup
-from rclpy.impl.implementation_singleton import rclpy_implementation as _rclpy
 from rclpy.node import Node
 from std_msgs.msg import String
 from std_srvs.srv import Trigger
@@ -43,6 +43,7 @@ from lerobot_lang_nodes.nodes.commands import CommandSubscription, sample_key
 from lerobot_lang_nodes.nodes.diagnostics import DiagnosticsPublisher
 from lerobot_lang_nodes.nodes.observations import LatestObservations
 from lerobot_lang_nodes.nodes.params import declare_config, reject_unknown_parameters
+from lerobot_lang_nodes.nodes.publishing import PublishError, PublishGuard
 
 
 
@@ -201,6 +202,15 @@ class PlannerNode(Node):
 
         cb = ReentrantCallbackGroup()
         self._ctx_pub = self.create_publisher(LanguageContext, 'language_context', qos.LATCHED)
+        # Refused writes (DDS): each costs that output only.
+        self._context_refused = PublishGuard(self, 'publishing the language context',
+                                             'the next job publishes again', period_s=2.0)
+        self._feedback_refused = PublishGuard(self, 'RunTask feedback',
+                                              'repeated at feedback_hz anyway',
+                                              level=logging.WARNING)
+        self._goal_status_refused = PublishGuard(self, 'RunTask final status',
+                                                 'the result is still served',
+                                                 level=logging.WARNING, period_s=0.0)
         self._text_pubs = {k: self.create_publisher(String, k, qos.LATCHED)
                            for k in ('subtask', 'memory', 'plan')}
         self._speech_pub = self.create_publisher(String, 'speech', qos.COMMAND)
@@ -339,11 +349,8 @@ class PlannerNode(Node):
         """Publish the context if it changed; False once ROS is shutting down."""
         try:
             self._publish_context()
-        except _rclpy.RCLError as exc:  # DDS refused a write: the next job publishes again
-            if not self.context.ok():
-                return False
-            self.get_logger().error(f'publishing the language context failed: {exc}',
-                                    throttle_duration_sec=2.0)
+        except PublishError as exc:
+            return self._context_refused.failed(exc)  # False once ROS is shutting down
         return True
 
     def _publish_context(self, force: bool = False) -> None:
@@ -494,13 +501,10 @@ class PlannerNode(Node):
 
     def _send_feedback(self, handle, snap: LanguageSnapshot) -> None:
         resume = self.resolve_topic_name(self.cfg.pause_service).rsplit('/', 1)[0] + '/resume'
-        try:
+        with self._feedback_refused:
             handle.publish_feedback(RunTask.Feedback(
                 subtask=snap.subtask, memory=snap.memory,
                 progress=self.session.progress(snap, resume)))
-        except _rclpy.RCLError as exc:  # repeated at feedback_hz anyway
-            self.get_logger().warning(f'RunTask feedback not published: {exc}',
-                                      throttle_duration_sec=5.0)
 
     def _on_accepted(self, handle) -> None:
         """rclpy's default (execute the goal), surviving a goal-status publish that fails.
@@ -510,18 +514,15 @@ class PlannerNode(Node):
         """
         try:
             handle.execute()
-        except _rclpy.RCLError as exc:
+        except PublishError as exc:  # not only counted: the goal must still be executed
             self.get_logger().warning(f'RunTask goal status not published ({exc}); running '
                                       'the goal anyway')
             self._action.notify_execute(handle, None)
 
     def _end_goal(self, transition, result: RunTask.Result) -> RunTask.Result:
         """Apply succeed/abort/canceled; a failed status publish must not lose the result."""
-        try:
+        with self._goal_status_refused:
             transition()
-        except _rclpy.RCLError as exc:
-            self.get_logger().warning(f'RunTask final status not published ({exc}); the '
-                                      'result is still served')
         return result
 
     def close(self) -> None:

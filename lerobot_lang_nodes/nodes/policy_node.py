@@ -24,7 +24,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from rclpy.impl.implementation_singleton import rclpy_implementation as _rclpy
 from rclpy.node import Node
 from sensor_msgs.msg import JointState
 from std_msgs.msg import String
@@ -40,6 +39,7 @@ from lerobot_lang_nodes.nodes.commands import CommandSubscription
 from lerobot_lang_nodes.nodes.diagnostics import DiagnosticsPublisher
 from lerobot_lang_nodes.nodes.observations import LatestObservations
 from lerobot_lang_nodes.nodes.params import declare_config, reject_unknown_parameters
+from lerobot_lang_nodes.nodes.publishing import PublishError
 
 
 @dataclass(frozen=True)
@@ -356,7 +356,9 @@ class PolicyNode(Node):
         try:
             self._pub.publish(msg)
             self.session.sent()
-        except _rclpy.RCLError as exc:  # DDS refused the write: the next refill retries
+        except PublishError as exc:
+            # Not only counted: the session accounts the chunk as never sent (the next refill
+            # retries), which the publish guard cannot do.
             if self.context.ok():
                 self.session.send_failed(chunk, str(exc))
 
