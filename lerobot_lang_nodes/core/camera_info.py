@@ -40,6 +40,22 @@ class Intrinsics:
     camera_name: str = ''
     calibrated: bool = True
 
+    @property
+    def fx(self) -> float:
+        return self.k[0]
+
+    @property
+    def fy(self) -> float:
+        return self.k[4]
+
+    @property
+    def cx(self) -> float:
+        return self.k[2]
+
+    @property
+    def cy(self) -> float:
+        return self.k[5]
+
     def scaled_to(self, width: int, height: int) -> Intrinsics:
         """The same lens at another image size (the camera node resizes frames per axis).
 
@@ -66,6 +82,17 @@ def nominal(width: int, height: int, hfov_rad: float = 2 * math.atan(0.5)) -> In
                       (f, 0.0, cx, 0.0, f, cy, 0.0, 0.0, 1.0), IDENTITY_3,
                       (f, 0.0, cx, 0.0, 0.0, f, cy, 0.0, 0.0, 0.0, 1.0, 0.0),
                       calibrated=False)
+
+
+def pinhole(width: int, height: int, fovy_deg: float, camera_name: str = '') -> Intrinsics:
+    """A rendered (simulated) camera: square pixels from its vertical field of view,
+    principal point at the centre, no distortion; exact, so ``calibrated``."""
+    f = 0.5 * height / math.tan(math.radians(fovy_deg) / 2.0)
+    cx, cy = width / 2.0, height / 2.0
+    return Intrinsics(width, height, 'plumb_bob', (0.0,) * 5,
+                      (f, 0.0, cx, 0.0, f, cy, 0.0, 0.0, 1.0), IDENTITY_3,
+                      (f, 0.0, cx, 0.0, 0.0, f, cy, 0.0, 0.0, 0.0, 1.0, 0.0),
+                      camera_name=camera_name)
 
 
 def resolve_url(url: str) -> Path:
@@ -169,4 +196,5 @@ def _matrix(value: Any, field: str, shape: tuple[int, int], fail: Any) -> tuple[
     return tuple(data)
 
 
-__all__ = ['CameraCalibrationError', 'Intrinsics', 'load', 'nominal', 'parse', 'resolve_url']
+__all__ = ['CameraCalibrationError', 'Intrinsics', 'load', 'nominal', 'parse', 'pinhole',
+           'resolve_url']

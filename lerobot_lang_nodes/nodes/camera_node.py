@@ -234,10 +234,8 @@ def _make_node_class() -> type:
                 self._published_stamp = latest[0]
             stamp, rgb = latest
             self._image_pub.publish(convert.rgb_to_image(rgb, stamp, self.frame_id))
-            info = self._camera_info(*rgb.shape[1::-1])
-            convert.s_to_stamp(stamp, info.header.stamp)
-            info.header.frame_id = self.frame_id
-            self._info_pub.publish(info)
+            self._info_pub.publish(convert.intrinsics_to_camera_info(
+                self._intrinsics(*rgb.shape[1::-1]), stamp, self.frame_id))
             if self._jpeg_pub is not None:
                 cv2 = self._cv2
                 ok, buf = cv2.imencode('.jpg', cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR),
@@ -248,8 +246,8 @@ def _make_node_class() -> type:
                     msg.header.frame_id = self.frame_id
                     self._jpeg_pub.publish(msg)
 
-        def _camera_info(self, width: int, height: int) -> CameraInfo:
-            """CameraInfo (no header yet) for frames of this size."""
+        def _intrinsics(self, width: int, height: int) -> camera_info.Intrinsics:
+            """The intrinsics of frames of this size."""
             intr = self._info_cache.get((width, height))
             if intr is None:
                 cal = self.calibration
@@ -263,8 +261,7 @@ def _make_node_class() -> type:
                             f'calibrated at {cal.width}x{cal.height}: publishing its '
                             'intrinsics scaled to the frame size')
                 self._info_cache[(width, height)] = intr
-            return CameraInfo(height=height, width=width, distortion_model=intr.distortion_model,
-                              d=list(intr.d), k=list(intr.k), r=list(intr.r), p=list(intr.p))
+            return intr
 
         def close(self) -> None:
             self._running = False

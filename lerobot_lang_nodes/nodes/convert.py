@@ -5,10 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from sensor_msgs.msg import CompressedImage, Image
+from sensor_msgs.msg import CameraInfo, CompressedImage, Image
 
 from lerobot_lang_msgs.msg import ActionChunk, RuntimeStatus
 from lerobot_lang_nodes.core import images
+from lerobot_lang_nodes.core.camera_info import Intrinsics
 from lerobot_lang_nodes.core.executor import Chunk, ExecutorStatus
 
 
@@ -32,6 +33,16 @@ def image_to_rgb(msg: Image) -> np.ndarray:
 def rgb_to_image(rgb: np.ndarray, stamp_s: float, frame_id: str) -> Image:
     h, w, step, data = images.from_rgb(rgb)
     msg = Image(height=h, width=w, encoding='rgb8', is_bigendian=0, step=step, data=data)
+    s_to_stamp(stamp_s, msg.header.stamp)
+    msg.header.frame_id = frame_id
+    return msg
+
+
+def intrinsics_to_camera_info(intr: Intrinsics, stamp_s: float, frame_id: str) -> CameraInfo:
+    """sensor_msgs/CameraInfo of a camera's intrinsics (the pinhole math is core.camera_info's)."""
+    msg = CameraInfo(height=intr.height, width=intr.width,
+                     distortion_model=intr.distortion_model, d=list(intr.d), k=list(intr.k),
+                     r=list(intr.r), p=list(intr.p))
     s_to_stamp(stamp_s, msg.header.stamp)
     msg.header.frame_id = frame_id
     return msg

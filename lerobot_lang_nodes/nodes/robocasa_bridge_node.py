@@ -11,7 +11,6 @@ persistence, holding) live in lerobot_lang_nodes/robocasa/.
 
 from __future__ import annotations
 
-import math
 import threading
 from dataclasses import dataclass, field
 
@@ -20,6 +19,7 @@ from sensor_msgs.msg import CameraInfo, Image, JointState
 from std_msgs.msg import String
 
 from lerobot_lang_msgs.msg import LanguageContext, TaskOutcome
+from lerobot_lang_nodes.core import camera_info
 from lerobot_lang_nodes.core.control_loop import ControlLoop, LoopErrors, Outputs
 from lerobot_lang_nodes.nodes import convert, qos, runner
 from lerobot_lang_nodes.nodes.diagnostics import DiagnosticsPublisher
@@ -268,15 +268,8 @@ class RoboCasaBridgeNode(SimulatorBridge, Node):
             frame = f'{cam}_optical_frame'
             self._image_pubs[cam].publish(convert.rgb_to_image(rgb, now, frame))
             h, w = rgb.shape[:2]
-            focal = 0.5 * h / math.tan(math.radians(self.host.camera_fovy(cam)) / 2.0)
-            info = CameraInfo(height=h, width=w, distortion_model='plumb_bob', d=[0.0] * 5,
-                              k=[focal, 0.0, w / 2.0, 0.0, focal, h / 2.0, 0.0, 0.0, 1.0],
-                              p=[focal, 0.0, w / 2.0, 0.0, 0.0, focal, h / 2.0, 0.0,
-                                 0.0, 0.0, 1.0, 0.0],
-                              r=[1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0])
-            convert.s_to_stamp(now, info.header.stamp)
-            info.header.frame_id = frame
-            self._info_pubs[cam].publish(info)
+            intr = camera_info.pinhole(w, h, self.host.camera_fovy(cam), camera_name=cam)
+            self._info_pubs[cam].publish(convert.intrinsics_to_camera_info(intr, now, frame))
 
     def _publish_outcome(self, now: float) -> None:
         """The environment's own success check, for the scene's task.

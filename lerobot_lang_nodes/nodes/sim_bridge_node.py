@@ -337,13 +337,8 @@ class SimBridgeNode(SimulatorBridge, Node):
         if cam in self._jpeg_pubs:  # encoded on the render thread, never in the control loop
             self._jpeg_pubs[cam].publish(convert.rgb_to_compressed(image, now, frame,
                                                                    self.cfg.jpeg_quality))
-        info = self.scene.camera_info(cam)
-        msg = CameraInfo(height=info.height, width=info.width, distortion_model='plumb_bob',
-                         d=[0.0] * 5, k=info.k, p=info.p,
-                         r=[1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0])
-        convert.s_to_stamp(now, msg.header.stamp)
-        msg.header.frame_id = frame
-        self._info_pubs[cam].publish(msg)
+        self._info_pubs[cam].publish(
+            convert.intrinsics_to_camera_info(self.scene.camera_info(cam), now, frame))
 
     def _publish_world(self, now: float) -> None:
         """Ground truth and the goal's outcome (at truth_hz, and after a reset)."""

@@ -14,6 +14,7 @@ from typing import Any
 import mujoco
 import numpy as np
 
+from lerobot_lang_nodes.core.camera_info import Intrinsics, pinhole
 from lerobot_lang_nodes.sim import meshes
 
 _LOG = logging.getLogger(__name__)
@@ -82,30 +83,6 @@ class SceneConfig:
     # Faces per visual mesh after decimation; None renders the original meshes (slow on CPU).
     decimate_faces: int | None = 4000
     settle_s: float = 0.1
-
-
-@dataclass(frozen=True)
-class CameraInfo:
-    """Pinhole intrinsics of a rendered camera (no distortion), in pixels."""
-
-    name: str
-    width: int
-    height: int
-    fx: float
-    fy: float
-    cx: float
-    cy: float
-    fovy_deg: float
-
-    @property
-    def k(self) -> list[float]:
-        """Row-major 3x3 intrinsic matrix, as sensor_msgs/CameraInfo.k expects."""
-        return [self.fx, 0.0, self.cx, 0.0, self.fy, self.cy, 0.0, 0.0, 1.0]
-
-    @property
-    def p(self) -> list[float]:
-        """Row-major 3x4 projection matrix, as sensor_msgs/CameraInfo.p expects."""
-        return [self.fx, 0.0, self.cx, 0.0, 0.0, self.fy, self.cy, 0.0, 0.0, 0.0, 1.0, 0.0]
 
 
 @dataclass
@@ -462,13 +439,14 @@ class So101Scene:
         self.stats.render_calls[camera] = self.stats.render_calls.get(camera, 0) + 1
         return image
 
-    def camera_info(self, camera: str) -> CameraInfo:
+    def camera_info(self, camera: str) -> Intrinsics:
         """Intrinsics of ``camera`` at the scene image size (square pixels, centred)."""
-        cam_id = self.model.camera(camera).id
-        fovy = float(self.model.cam_fovy[cam_id])
         height, width = self.image_size
-        focal = 0.5 * height / math.tan(math.radians(fovy) / 2.0)
-        return CameraInfo(camera, width, height, focal, focal, width / 2.0, height / 2.0, fovy)
+        return pinhole(width, height, self.camera_fovy(camera), camera_name=camera)
+
+    def camera_fovy(self, camera: str) -> float:
+        """Vertical field of view of ``camera`` (degrees)."""
+        return float(self.model.cam_fovy[self.model.camera(camera).id])
 
     # --------------------------------------------------------------------------- ground truth
     def _contact_bodies(self) -> list[tuple[int, int]]:

@@ -55,6 +55,16 @@ def test_nominal_is_an_undistorted_centred_pinhole():
     assert 2 * math.degrees(math.atan(320 / intr.k[0])) == pytest.approx(53.13, abs=0.01)
 
 
+def test_a_rendered_camera_is_a_centred_pinhole_from_its_vertical_field_of_view():
+    intr = camera_info.pinhole(320, 240, 90.0, camera_name='front')
+    assert intr.calibrated and intr.d == (0.0,) * 5 and intr.camera_name == 'front'
+    assert (intr.fx, intr.fy, intr.cx, intr.cy) == pytest.approx((120.0, 120.0, 160.0, 120.0))
+    assert intr.p == pytest.approx((120.0, 0.0, 160.0, 0.0, 0.0, 120.0, 120.0, 0.0,
+                                    0.0, 0.0, 1.0, 0.0))
+    # The top edge of the image is fovy / 2 above the optical axis.
+    assert math.degrees(math.atan(intr.cy / intr.fy)) == pytest.approx(45.0)
+
+
 @pytest.mark.parametrize('change,field', [
     ({'image_width': 0}, 'image_width'),
     ({'image_height': '480'}, 'image_height'),

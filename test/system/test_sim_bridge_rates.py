@@ -80,12 +80,13 @@ def test_thread_priority_puts_the_simulation_thread_alone_under_sched_fifo(
 
 def test_frames_come_from_the_render_thread_stamped_on_the_control_grid(launch_node, probe):
     from diagnostic_msgs.msg import DiagnosticArray
-    from sensor_msgs.msg import Image, JointState
+    from sensor_msgs.msg import CameraInfo, Image, JointState
     sim = launch_node('lerobot_lang_nodes.nodes.sim_bridge_node',
                       params={'cameras': ['front', 'wrist'], 'camera_hz': 10.0,
                               'render_nice': 5})
     front = probe.subscribe(Image, 'cameras/front/image_raw', qos.SENSOR)
     wrist = probe.subscribe(Image, 'cameras/wrist/image_raw', qos.SENSOR)
+    front_info = probe.subscribe(CameraInfo, 'cameras/front/camera_info', qos.SENSOR)
     joints = probe.subscribe(JointState, 'joint_states', qos.SENSOR)
     diag = probe.subscribe(DiagnosticArray, 'diagnostics', qos.STATUS)
     wait_until(lambda: len(front) >= 8 and len(wrist) >= 8, 60.0, 'camera frames', [sim])
@@ -102,6 +103,13 @@ def test_frames_come_from_the_render_thread_stamped_on_the_control_grid(launch_n
     steps = [b - a for a, b in zip(images, images[1:])]
     assert statistics.median(steps) == pytest.approx(0.1e9, abs=1e6)
     assert set(images[-5:]) <= {stamp(m) for m in wrist.snapshot()}
+    # Each frame comes with its camera's intrinsics: a centred pinhole at the image size.
+    info = front_info.wait_for(lambda m: stamp(m) in images, timeout_s=10.0,
+                               what='camera_info of a frame')
+    assert (info.width, info.height, info.header.frame_id) == (320, 240,
+                                                               'front_camera_optical_frame')
+    assert info.k[0] == pytest.approx(info.k[4]) and (info.k[2], info.k[5]) == (160.0, 120.0)
+    assert info.distortion_model == 'plumb_bob' and list(info.d) == [0.0] * 5
 
     def camera_values():
         for msg in diag.snapshot()[::-1]:
