@@ -280,6 +280,17 @@ def test_a_publish_refused_because_ros_shut_down_stops_the_loop_quietly():
     node.publish = publish
     node.make().run()
     assert node.n == 4 and node.of('publish_failed') == []
+    # The same in the cycle (a reset publishes there): stopping, nothing counted.
+    node = Node(100, faults={3: Refused('context invalid')})
+    original_cycle = node.cycle
+
+    def cycle():
+        if node.n == 2:
+            node.ok = False  # shut down during the third cycle, before its write
+        original_cycle()
+    node.cycle = cycle
+    node.make().run()
+    assert node.n == 3 and node.of('publish_failed') == [] and len(node.of('publish')) == 2
     # An exception that is neither a publish error nor in the cycle ends run() loudly.
     node = Node(100, publish_faults={2: RuntimeError('bug in an output')})
     with pytest.raises(RuntimeError, match='bug in an output'):
