@@ -4,14 +4,15 @@ with the simulation thread, clock and status publishing, the loop's error report
 diagnostics.
 
 A bridge node mixes SimulatorBridge into its rclpy Node, sets ``chunk_executor``, ``cfg``
-(with ``ctrl_hz``), ``loop_errors``, ``diagnostics`` and ``_control`` (its ControlLoop, whose
-``publish_failed`` is ``_outputs.failed``), and implements
-``_sim_time()``, ``_reset_reply()``, ``_on_task()`` and ``_on_context()`` (what a goal is
-differs per simulator).
+(with ``ctrl_hz`` and ``real_time_factor``), ``loop_errors``, ``diagnostics`` and
+``_control`` (from ``_make_control_loop``), and implements ``_sim_time()``,
+``_reset_reply()``, ``_on_task()``, ``_on_context()`` (what a goal is differs per simulator),
+and the loop's ``_cycle()``, ``_publish_outputs(due)`` and ``_hold_step()``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 import threading
 import time
 import traceback
@@ -22,10 +23,14 @@ from std_msgs.msg import Float64, String
 from std_srvs.srv import Trigger
 
 from lerobot_lang_msgs.msg import ActionChunk, LanguageContext, RuntimeStatus
+from lerobot_lang_nodes.core.control_loop import ControlLoop
 from lerobot_lang_nodes.nodes import convert, qos
 from lerobot_lang_nodes.nodes.commands import CommandSubscription
 from lerobot_lang_nodes.nodes.execution import submit_chunk_msg
-from lerobot_lang_nodes.nodes.publishing import PublishGuard
+from lerobot_lang_nodes.nodes.publishing import PublishError, PublishGuard
+
+# A stall shorter than this is caught up back to back; a longer one restarts the pacing.
+CATCH_UP_S = 1.0
 
 
 class SimulatorBridge:
@@ -68,6 +73,47 @@ class SimulatorBridge:
 
     def _on_context(self, msg: LanguageContext) -> None:
         raise NotImplementedError
+
+    def _cycle(self) -> None:
+        raise NotImplementedError
+
+    def _publish_outputs(self, due) -> None:
+        raise NotImplementedError
+
+    def _hold_step(self) -> None:
+        """One period of simulated time holding the last safe target (after a loop error)."""
+        raise NotImplementedError
+
+    # --- the simulation loop ------------------------------------------------------------
+    def _make_control_loop(self, rates_hz: dict[str, float],
+                           report: Callable[[float], None],
+                           report_period_s: float = 30.0) -> ControlLoop:
+        cfg = self.cfg
+        # Paced on the wall clock at ctrl_hz * real_time_factor. Simulated time is the
+        # bridge's own (one period per cycle whatever the wall clock says), so a short stall
+        # is caught up back to back; a long one (CPU starved) restarts the pacing instead.
+        return ControlLoop(
+            ctrl_hz=cfg.ctrl_hz, rates_hz=rates_hz,
+            pace_hz=cfg.ctrl_hz * cfg.real_time_factor if cfg.real_time_factor > 0 else None,
+            catch_up_s=CATCH_UP_S, cycle=self._cycle, publish=self._publish_outputs,
+            on_error=self._on_loop_error, on_ok=self.loop_errors.succeeded,
+            publish_failed=self._outputs.failed, publish_error=PublishError,
+            needs_refill=self.chunk_executor.needs_refill, ok=self.context.ok,
+            sim_time=self._sim_time, report=report, report_period_s=report_period_s)
+
+    def _on_loop_error(self, exc: Exception) -> bool:
+        """An unexpected exception in a cycle: pause (queue cleared), hold, report ERROR.
+
+        The simulation goes on holding the last safe target, so its clock keeps advancing.
+        """
+        self._report_loop_error(exc)
+        try:
+            self._hold_step()
+        except Exception as step_exc:  # noqa: BLE001 - reported; the loop still goes on
+            self.get_logger().error(f'holding step failed too: {step_exc}',
+                                    throttle_duration_sec=2.0)
+        self.diagnostics.publish_now()
+        return True
 
     # --- operator inputs ----------------------------------------------------------------
     def _on_chunk(self, msg: ActionChunk) -> None:

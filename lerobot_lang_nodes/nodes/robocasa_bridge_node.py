@@ -26,12 +26,10 @@ from lerobot_lang_nodes.nodes.diagnostics import DiagnosticsPublisher
 from lerobot_lang_nodes.nodes.bridge import SimulatorBridge
 from lerobot_lang_nodes.nodes.execution import ExecutorParams, make_chunk_executor
 from lerobot_lang_nodes.nodes.params import declare_config, reject_unknown_parameters
-from lerobot_lang_nodes.nodes.publishing import PublishError
 from lerobot_lang_nodes.robocasa import layout
 from lerobot_lang_nodes.robocasa.envs import SIMULATORS, SPLITS, factory, reseed_rng
 from lerobot_lang_nodes.robocasa.host import KitchenHost, KitchenSpec
 
-CATCH_UP_S = 1.0  # as sim_bridge: a longer stall restarts the pacing instead of catching up
 REPORT_PERIOD_S = 30.0  # the real-time factor in the log
 
 
@@ -132,15 +130,9 @@ class RoboCasaBridgeNode(SimulatorBridge, Node):
         self._publish_task_description()
         self.diagnostics = DiagnosticsPublisher(self, 'robocasa simulation loop',
                                                 self._diagnostic_status)
-        self._control = ControlLoop(
-            ctrl_hz=cfg.ctrl_hz, rates_hz={'camera': cfg.camera_hz, 'status': cfg.status_hz},
-            pace_hz=cfg.ctrl_hz * cfg.real_time_factor if cfg.real_time_factor > 0 else None,
-            catch_up_s=CATCH_UP_S, cycle=self._cycle, publish=self._publish_outputs,
-            on_error=self._on_loop_error, on_ok=self.loop_errors.succeeded,
-            publish_failed=self._outputs.failed, publish_error=PublishError,
-            needs_refill=self.chunk_executor.needs_refill, ok=self.context.ok,
-            sim_time=self._sim_time, report=self._report_real_time_factor,
-            report_period_s=REPORT_PERIOD_S)
+        self._control = self._make_control_loop(
+            {'camera': cfg.camera_hz, 'status': cfg.status_hz}, self._report_real_time_factor,
+            REPORT_PERIOD_S)
         self._start_loop.set()
         self.get_logger().info(
             f'robocasa_bridge ready: {cfg.simulator} {cfg.task!r}, episode language '
@@ -216,16 +208,8 @@ class RoboCasaBridgeNode(SimulatorBridge, Node):
         """Simulated seconds per wall second since the loop started."""
         return self._control.real_time_factor() if self._control is not None else 0.0
 
-    def _on_loop_error(self, exc: Exception) -> bool:
-        """An unexpected exception in a cycle: pause (queue cleared), hold, report ERROR."""
-        self._report_loop_error(exc)
-        try:
-            self.host.step(None)  # time goes on, holding still
-        except Exception as step_exc:  # noqa: BLE001 - reported; the loop still goes on
-            self.get_logger().error(f'holding step failed too: {step_exc}',
-                                    throttle_duration_sec=2.0)
-        self.diagnostics.publish_now()
-        return True
+    def _hold_step(self) -> None:
+        self.host.step(None)  # time goes on, holding still
 
     def _maybe_reset(self) -> None:
         request = self._take_reset_request()

@@ -38,8 +38,6 @@ from lerobot_lang_nodes.sim import tasks  # text parsing only: no MuJoCo import
 
 # RoboCasa's convention, kept so seeds mean the same across simulators.
 RESET_SEED_STRIDE = 1000
-# A stall shorter than this is caught up back to back; a longer one restarts the pacing.
-CATCH_UP_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -156,18 +154,9 @@ class SimBridgeNode(SimulatorBridge, Node):
                                                nice=self.cfg.render_nice)
         self.diagnostics = DiagnosticsPublisher(self, 'simulation loop', self._diagnostic_status)
         cfg = self.cfg
-        # Paced on the wall clock at ctrl_hz * real_time_factor. Simulated time is the
-        # bridge's own (one period per cycle whatever the wall clock says), so a short stall
-        # is caught up back to back; a long one (CPU starved) restarts the pacing instead.
-        self._control = ControlLoop(
-            ctrl_hz=cfg.ctrl_hz,
-            rates_hz={'camera': cfg.camera_hz, 'status': cfg.status_hz, 'truth': cfg.truth_hz},
-            pace_hz=cfg.ctrl_hz * cfg.real_time_factor if cfg.real_time_factor > 0 else None,
-            catch_up_s=CATCH_UP_S, cycle=self._cycle, publish=self._publish_outputs,
-            on_error=self._on_loop_error, on_ok=self.loop_errors.succeeded,
-            publish_failed=self._outputs.failed, publish_error=PublishError,
-            needs_refill=self.chunk_executor.needs_refill, ok=self.context.ok,
-            sim_time=self._sim_time, report=self._report_real_time_factor)
+        self._control = self._make_control_loop(
+            {'camera': cfg.camera_hz, 'status': cfg.status_hz, 'truth': cfg.truth_hz},
+            self._report_real_time_factor)
         self._thread = threading.Thread(target=self._loop, name='sim-loop', daemon=True)
         self._thread.start()
         self.get_logger().info(
@@ -234,9 +223,9 @@ class SimBridgeNode(SimulatorBridge, Node):
         present = self.scene.joint_positions()
         if action is not None:
             self._hold = self.safety.apply(action, present)
-        self._step_physics()
+        self._hold_step()
 
-    def _step_physics(self) -> None:
+    def _hold_step(self) -> None:
         # No action (paused, starved, error): keep the last safe target, never replay.
         self.scene.apply_action(self._hold)
         self.scene.step(1.0 / self.cfg.ctrl_hz)
@@ -262,20 +251,6 @@ class SimBridgeNode(SimulatorBridge, Node):
         self.get_logger().info(
             f'real-time factor {rtf:.2f} (physics alone {stats.physics_rtf:.1f}x, render '
             + ', '.join(f'{c} {stats.render_ms(c):.1f} ms' for c in self.cfg.cameras) + ')')
-
-    def _on_loop_error(self, exc: Exception) -> bool:
-        """An unexpected exception in a cycle: pause (queue cleared), hold, report ERROR.
-
-        The simulation goes on holding the last safe target, so its clock keeps advancing.
-        """
-        self._report_loop_error(exc)
-        try:
-            self._step_physics()
-        except Exception as step_exc:  # noqa: BLE001 - reported; the loop still goes on
-            self.get_logger().error(f'holding step failed too: {step_exc}',
-                                    throttle_duration_sec=2.0)
-        self.diagnostics.publish_now()
-        return True
 
     def _diagnostic_status(self) -> tuple[str, str, dict]:
         extra = {'loop.scheduling': scheduling_label(self.cfg.thread_priority,
