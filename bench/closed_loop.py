@@ -1,6 +1,6 @@
 """The closed data loop on the simulated SO-101: collect, export, train, deploy, report.
 
-Usage: .venv/bin/python bench/closed_loop.py [all|collect|export|train|deploy|report]
+Usage: .venv/bin/python bench/closed_loop.py [all|collect|export|train|deploy|dagger|report]
                                              [--work DIR] [--preset default|ci] [options]
 
 Stages (each reads the previous stage's output in the work folder, so each runs alone too):
@@ -23,8 +23,19 @@ Stages (each reads the previous stage's output in the work folder, so each runs 
   configuration; the scripted/scripted run is recorded and exported as the held-out dataset on
   which the learned planner is scored frame by frame against the scripted planner's labels.
   -> deploy/, deploy.json
+* dagger: ``--dagger-rounds`` DAgger rounds. Each: the current learned policy under the
+  scripted planner with the virtual operator (virtual_operator:=true) and the recorder on
+  ``--dagger-scenes`` fresh training layouts (``--dagger-seed``), exported (the
+  ``intervention`` column), aggregated with all earlier data (LeRobot's aggregate_datasets),
+  the policy trained again from scratch with the corrections weighted
+  (``--dagger-intervention-weight``, ``--dagger-learner-weight``); the learned planner likewise
+  under the scripted policy (``--dagger-planner-scenes``; 0: off), relabelled with the scripted
+  planner's subtasks (``lerobot-lang annotate``) and retrained with ``--dagger-planner-change-
+  frames``; then ``--dagger-configs`` evaluated on the deploy stage's held-out episodes
+  without the operator. -> dagger/round_k/, dagger.json
 * report: bench/reports/closed_loop.{md,json} and closed_loop.png (success against training
-  episodes; matplotlib if installed, else the data only).
+  episodes; matplotlib if installed, else the data only); with dagger.json a DAgger section
+  and closed_loop_dagger.png.
 
 The benchmark probe judges success from ``sim/ground_truth`` (measurement only, as
 bench/task_time.py does). Every graph runs in a private ROS domain on loopback
@@ -54,7 +65,7 @@ from lerobot_lang_nodes.training.evaluation import (REPO_ID, eval_plan, policy_h
 from lerobot_lang_nodes.testing import NodeProcess, SimGraph, WaitTimeout, wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
-STAGES = ('collect', 'export', 'train', 'deploy', 'report')
+STAGES = ('collect', 'export', 'train', 'deploy', 'dagger', 'report')
 FPS = 30  # = sim_bridge ctrl_hz (its default in sim): the policy must be trained at this rate
 STOP_TIMEOUT_S = 10.0
 OUTCOME_WAIT_S = 5.0  # wall s a ground-truth success may wait for /task_outcome
@@ -77,7 +88,16 @@ PRESETS: dict[str, dict[str, Any]] = {
                     planner_vision=64,
                     planner_cameras='front,wrist', eval_episodes=12,
                     eval_timeout=30.0, curve='0.25,0.5', curve_eval_episodes=12,
-                    planner_eval_frames=400, configs=','.join(CONFIGS)),
+                    planner_eval_frames=400, configs=','.join(CONFIGS),
+                    # Estimated 45 min per round on 2 cores (policy run 4 min, export 2,
+                    # policy training 11-14 as the aggregate grows, planner run, relabelling
+                    # and training 12, three held-out evaluations 15): two rounds after the
+                    # 66 min of the stages before come to about 2.5 h.
+                    dagger_rounds=2, dagger_scenes=4, dagger_tasks=0, dagger_timeout=30.0,
+                    dagger_planner_scenes=3, dagger_intervention_weight=3.0,
+                    dagger_learner_weight=0.0, dagger_planner_change_frames=4,
+                    dagger_planner_confirmations=2,
+                    dagger_configs=','.join(c for c in CONFIGS if c != BASELINE)),
     # CI: every stage connects, in a few minutes; the numbers mean nothing. The planner's
     # change frames and confirmations are on, so their code paths run end to end.
     'ci': dict(scenes=1, interject_every=1, task_timeout=25.0, policy_steps=30,
@@ -87,7 +107,14 @@ PRESETS: dict[str, dict[str, Any]] = {
                planner_vision=64,
                planner_cameras='front,wrist', eval_episodes=1,
                eval_timeout=10.0, curve='', curve_eval_episodes=0, planner_eval_frames=24,
-               configs=f'{BASELINE},learned_planner+learned_policy'),
+               configs=f'{BASELINE},learned_planner+learned_policy',
+               # One round of the policy's DAgger on one task (about 90 s); the planner's
+               # (a minute of planner training more) is left to the manual and full runs.
+               dagger_rounds=1, dagger_scenes=1, dagger_tasks=1, dagger_timeout=10.0,
+               dagger_planner_scenes=0,
+               dagger_intervention_weight=3.0, dagger_learner_weight=0.0,
+               dagger_planner_change_frames=4, dagger_planner_confirmations=2,
+               dagger_configs='scripted_planner+learned_policy'),
 }
 
 
@@ -171,7 +198,8 @@ class SimSession:
     came out."""
 
     def __init__(self, folder: Path, overrides: list[tuple[str, str, Any]],
-                 record_dir: Path | None = None) -> None:
+                 record_dir: Path | None = None,
+                 launch: dict[str, str] | None = None) -> None:
         from diagnostic_msgs.msg import DiagnosticArray
         from std_msgs.msg import String
 
@@ -186,7 +214,8 @@ class SimSession:
         params: dict[str, dict[str, Any]] = {}
         for node, name, value in overrides:
             params.setdefault(node, {})[name] = value
-        launch = {'record': 'true', 'record_dir': str(record_dir)} if record_dir else {}
+        launch = {**(launch or {}),
+                  **({'record': 'true', 'record_dir': str(record_dir)} if record_dir else {})}
         self.procs: dict[str, NodeProcess] = {}
         self.probe = None
         try:
@@ -263,6 +292,11 @@ class SimSession:
         ``vqa`` asked (then /resume) once the cube is lifted.
         """
         from lerobot_lang_nodes.sim.tasks import check_success, parse_task
+        from lerobot_lang_nodes.training.evaluation import ExpertSubtasks, moves_on_latencies
+        expert = ExpertSubtasks(task)
+        # (sim s, the expert's subtask, the planner's): how soon the planner follows the
+        # expert at each change (an interjection changes the goal: not measured then).
+        timeline: list[tuple[float, str, str]] = []
         t0 = float(self.truth_now()['sim_time'])
         chunks0 = self.chunks.count
         subtasks0 = len(self.subtasks)
@@ -282,6 +316,8 @@ class SimSession:
             if ctx is None or ctx.task != task:
                 return False  # judged only once the planner has taken the task
             subtask = ctx.subtask
+            if not interjection and 'success_wall' not in done:
+                timeline.append((elapsed, expert.update(gt), subtask))
             # Mid-reach (or at the grasp): the arm is busy with the first cube, holds nothing.
             if interjection and 'interjection' not in events and (
                     subtask.startswith('grasp')
@@ -319,7 +355,8 @@ class SimSession:
             done.update(success=False, sim_s=None, wall_capped=True)
         return {'task': task, 'goal': goal.text if goal else interjected_goal, **done,
                 'events': events, 'chunks': self.chunks.count - chunks0,
-                'subtasks': self.subtasks[subtasks0:]}  # how far the arm got
+                'subtasks': self.subtasks[subtasks0:],  # how far the arm got
+                'moves_on_s': moves_on_latencies(timeline)}
 
     def _ask(self, question: str) -> None:
         """A VQA question (the planner pauses the executor first), then /resume."""
@@ -336,7 +373,11 @@ class SimSession:
     def close(self) -> dict[str, int | None]:
         codes: dict[str, int | None] = {}
         # The recorder first (it closes its bag), the simulator last.
-        names = [n for n in ('recorder', 'policy', 'planner', 'sim_bridge') if n in self.procs]
+        # Every node started, the virtual operator included (before the arm's executor).
+        first = ('recorder', 'virtual_operator', 'policy', 'planner')
+        names = [n for n in first if n in self.procs] + sorted(
+            n for n in self.procs if n not in first and n != 'sim_bridge') + (
+            ['sim_bridge'] if 'sim_bridge' in self.procs else [])
         for name in names:
             codes[name] = self.procs[name].stop(timeout_s=STOP_TIMEOUT_S)
         if self.probe is not None:
@@ -448,19 +489,21 @@ def subset_dataset(src: Path, keep: int, out: Path) -> None:
 
 
 def train_policy(dataset: Path, out: Path, args: argparse.Namespace,
-                 log_path: Path) -> dict[str, Any]:
+                 log_path: Path, extra: tuple[str, ...] = ()) -> dict[str, Any]:
     if out.exists():
         shutil.rmtree(out)
     code, text, wall = run_cli(['lerobot_lang_nodes.cli.main', 'train-policy', str(dataset),
                                 str(out), '--steps', str(args.policy_steps), '--batch-size',
-                                str(args.policy_batch), '--log-every', '500'],
+                                str(args.policy_batch), '--log-every', '500', *extra],
                                log_path, 4 * 3600.0)
     if code != 0:
         raise SystemExit(f'train-policy failed ({code}): {text[-2000:]}')
     summary = json.loads((out / 'training_summary.json').read_text())
     keep = ('frames', 'episodes', 'steps', 'batch_size', 'chunk_size', 'parameters',
             'loss_start', 'loss_end', 'train_loss_first', 'train_loss_last', 'load_s',
-            'train_s', 'wall_s', 'image_shape', 'image_keypoints', 'shift_pixels')
+            'train_s', 'wall_s', 'image_shape', 'image_keypoints', 'shift_pixels',
+            'intervention_frames', 'intervention_weight', 'learner_weight',
+            'sampled_share_intervention')
     return {**{k: summary.get(k) for k in keep}, 'instructions': len(summary['instructions']),
             'command_wall_s': wall, 'path': str(out.relative_to(args.work))}
 
@@ -478,30 +521,8 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
         f"{report['policy']['loss_end']:.4f} in {report['policy']['command_wall_s']} s")
 
     log(f'training the planner ({args.planner_steps} steps)')
-    out = models / 'planner'
-    if out.exists():
-        shutil.rmtree(out)
-    prompts = ['--prompts-file', str(ROOT / args.planner_prompts)] if args.planner_prompts \
-        else []
-    code, text, wall = run_cli(['lerobot_lang_nodes.cli.main', 'train-planner', str(dataset),
-                                str(out), '--steps', str(args.planner_steps), '--max-examples',
-                                str(args.planner_examples), '--frames-per-segment',
-                                str(args.planner_segment_frames), '--change-frames',
-                                str(args.planner_change_frames), '--vision-size',
-                                str(args.planner_vision), '--cameras', args.planner_cameras,
-                                *prompts],
-                               work / 'train_planner.log', 4 * 3600.0)
-    if code != 0:
-        raise SystemExit(f'train-planner failed ({code}): {text[-2000:]}')
-    summary = json.loads((out / 'training_summary.json').read_text())
-    report['planner'] = {**{k: summary.get(k) for k in (
-        'frames', 'frames_used', 'episodes', 'examples', 'subtask_examples_moving_on',
-        'subtasks', 'steps', 'vision_size', 'loss_start',
-        'loss_end', 'checked', 'exact_matches', 'load_s', 'train_s', 'wall_s')},
-        'planner_parameters': summary['planner_parameters'], 'command_wall_s': wall,
-        'path': str(out.relative_to(work))}
-    log(f"planner: loss {summary['loss_start']:.4f} -> {summary['loss_end']:.4f}, "
-        f"{summary['exact_matches']}/{summary['checked']} exact, in {wall} s")
+    report['planner'] = train_planner(dataset, models / 'planner', args,
+                                      work / 'train_planner.log', args.planner_change_frames)
 
     report['curve'] = []
     total = int(exported['episodes'])
@@ -522,6 +543,33 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
         log(f"  loss {result['loss_start']:.4f} -> {result['loss_end']:.4f}")
     write_json(work / 'train.json', report)
     return report
+
+
+def train_planner(dataset: Path, out: Path, args: argparse.Namespace, log_path: Path,
+                  change_frames: int) -> dict[str, Any]:
+    if out.exists():
+        shutil.rmtree(out)
+    prompts = ['--prompts-file', str(ROOT / args.planner_prompts)] if args.planner_prompts \
+        else []
+    code, text, wall = run_cli(['lerobot_lang_nodes.cli.main', 'train-planner', str(dataset),
+                                str(out), '--steps', str(args.planner_steps), '--max-examples',
+                                str(args.planner_examples), '--frames-per-segment',
+                                str(args.planner_segment_frames), '--change-frames',
+                                str(change_frames), '--vision-size',
+                                str(args.planner_vision), '--cameras', args.planner_cameras,
+                                *prompts],
+                               log_path, 4 * 3600.0)
+    if code != 0:
+        raise SystemExit(f'train-planner failed ({code}): {text[-2000:]}')
+    summary = json.loads((out / 'training_summary.json').read_text())
+    log(f"planner: loss {summary['loss_start']:.4f} -> {summary['loss_end']:.4f}, "
+        f"{summary['exact_matches']}/{summary['checked']} exact, in {wall} s")
+    return {**{k: summary.get(k) for k in (
+        'frames', 'frames_used', 'episodes', 'examples', 'subtask_examples_moving_on',
+        'subtasks', 'steps', 'vision_size', 'loss_start',
+        'loss_end', 'checked', 'exact_matches', 'load_s', 'train_s', 'wall_s')},
+        'planner_parameters': summary['planner_parameters'], 'command_wall_s': wall,
+        'path': str(out.relative_to(args.work))}
 
 
 # --- deploy ----------------------------------------------------------------------------------
@@ -550,8 +598,8 @@ def config_overrides(name: str, work: Path, trained: dict[str, Any],
 
 
 def deploy_one(args: argparse.Namespace, name: str, overrides: list, plan: list,
-               record_dir: Path | None = None) -> dict[str, Any]:
-    folder = args.work / 'deploy' / name
+               record_dir: Path | None = None, folder: Path | None = None) -> dict[str, Any]:
+    folder = folder or args.work / 'deploy' / name
     if folder.exists():
         shutil.rmtree(folder)
     t0 = time.monotonic()
@@ -581,8 +629,19 @@ def deploy_one(args: argparse.Namespace, name: str, overrides: list, plan: list,
             'chunks': sum(e['chunks'] for e in episodes),
             'distinct_subtasks': sorted(set(subtasks)), 'subtask_changes': len(subtasks),
             'latency': latency_figures(diagnostics), 'diagnostics': diagnostics,
+            'moves_on': moves_on_summary([x for e in episodes for x in e['moves_on_s']]),
             'startup_wall_s': round(startup, 1), 'wall_s': round(time.monotonic() - t0, 1),
             'exit_codes': codes}
+
+
+def moves_on_summary(latencies: list[float | None]) -> dict[str, Any]:
+    """At the expert's subtask changes: how soon the planner followed (training/evaluation.py
+    moves_on_latencies)."""
+    from lerobot_lang_nodes.training.evaluation import moves_on_share
+    followed = sorted(x for x in latencies if x is not None)
+    return {'changes': len(latencies), 'within_0_5_s': moves_on_share(latencies, 0.5),
+            'followed': len(followed),
+            'median_s': round(statistics.median(followed), 2) if followed else None}
 
 
 def latency_figures(diagnostics: dict[str, dict[str, str]]) -> dict[str, Any]:
@@ -664,6 +723,241 @@ def deploy(args: argparse.Namespace) -> dict[str, Any]:
     return report
 
 
+# --- dagger ----------------------------------------------------------------------------------
+# DAgger rounds (issue 33): the learned models act on fresh training layouts while the virtual
+# operator (the scripted expert, through /takeover and the leader arm) corrects them; the
+# corrections join the data and the models are trained again, then evaluated on the held-out
+# episodes of the deploy stage without the operator.
+#
+# Aggregation: LeRobot's own aggregate_datasets (lerobot.datasets.aggregate), offline, with
+# concatenate_videos=False: the plain dataset and every round's dataset are merged into one
+# LeRobot dataset per round (the videos copied file by file, no re-encode; the statistics
+# merged by LeRobot), so the trainers read one dataset as before.
+#
+# Retraining: from scratch on the aggregate each round, not fine-tuned from the last
+# checkpoint. The normalisation statistics are recomputed over the aggregate (the corrections
+# reach states and actions the demonstrations did not), which a fine-tuned checkpoint would
+# keep stale; and on this machine decoding the frames, not the steps, is most of a training
+# run, so fine-tuning would save little. It is also DAgger's own recipe (train on the
+# aggregate).
+#
+# Weighting (train-policy --intervention-weight / --learner-weight, training/policy.py): the
+# corrections are sampled --dagger-intervention-weight (3) times as often as a plain frame: a
+# round adds a few hundred corrected frames to thousands of demonstrations, so at weight 1 the
+# states the policy reaches by itself would stay about a tenth of the steps; 3 brings them to
+# about a quarter without letting a few corrected episodes dominate. The learned policy's own
+# frames in a corrected episode get --dagger-learner-weight (0, as HG-DAgger): their actions
+# are the drift the operator took over from (stall_s of no progress before each takeover).
+#
+# The planner's DAgger data is weighted to the subtask changes: --dagger-planner-change-frames
+# (4) examples from the first frames after each change with the old subtask still quoted
+# (train-planner --change-frames). The report's side experiment found such examples raise the
+# planner's moves at the changes (30 -> 57.5 %) but also move it on too early at the frame
+# before; so the retrained planner is deployed with --dagger-planner-confirmations (2): a new
+# subtask must be the answer of two looks in a row, which filters one early answer for the
+# cost of one look.
+DAGGER_POLICY_CONFIG = 'scripted_planner+learned_policy'
+
+
+def dagger_seed(args: argparse.Namespace, r: int, planner: bool) -> int:
+    """sim_bridge seed of round r's policy (planner) deployment; scene k: seed + 1000 k."""
+    return args.dagger_seed + 2 * (r - 1) + (1 if planner else 0)
+
+
+def intervention_counts(dataset: Path) -> dict[str, Any]:
+    """Frames, frames under intervention and episodes holding one, from the parquet files."""
+    import pyarrow.parquet as pq
+    frames = under = 0
+    corrected: set[int] = set()
+    for path in sorted((dataset / 'data').rglob('*.parquet')):
+        table = pq.read_table(path, columns=['intervention', 'episode_index']).to_pydict()
+        for flag, episode in zip(table['intervention'], table['episode_index']):
+            flag = bool(flag[0] if isinstance(flag, list) else flag)
+            frames += 1
+            under += flag
+            if flag:
+                corrected.add(int(episode))
+    return {'frames': frames, 'intervention_frames': under,
+            'intervention_share': round(under / frames, 4) if frames else None,
+            'corrected_episodes': len(corrected)}
+
+
+def aggregate(roots: list[Path], out: Path) -> dict[str, Any]:
+    """LeRobot's aggregate_datasets over ``roots`` into ``out`` (see the comment above)."""
+    from lerobot.datasets.aggregate import aggregate_datasets
+
+    from lerobot_lang_nodes.recording.scheduling import scheduling_kept
+    if out.exists():
+        shutil.rmtree(out)
+    t0 = time.monotonic()
+    with scheduling_kept():
+        aggregate_datasets([REPO_ID] * len(roots), REPO_ID, roots=roots, aggr_root=out,
+                           concatenate_videos=False)
+    info = json.loads((out / 'meta/info.json').read_text())
+    return {'sources': [str(r) for r in roots],
+            'frames': info['total_frames'], 'episodes': info['total_episodes'],
+            'wall_s': round(time.monotonic() - t0, 1)}
+
+
+def dagger_deploy(args: argparse.Namespace, folder: Path, seed: int,
+                  overrides: list[tuple[str, str, Any]]) -> dict[str, Any]:
+    """The learned model(s) with the virtual operator and the recorder on ``--dagger-scenes``
+    training layouts (each scene's cubes into the bowl, as in collection)."""
+    if folder.exists():
+        shutil.rmtree(folder)
+    t0 = time.monotonic()
+    session = SimSession(folder / 'logs', [('sim_bridge', 'seed', seed), *overrides],
+                         record_dir=folder / 'bags', launch={'virtual_operator': 'true'})
+    scenes, operator = [], {}
+    try:
+        for k in range(1, args.dagger_scenes + 1):
+            scene_seed = seed + 1000 * k
+            session.reset_to(scene_seed)
+            results = []
+            steps = scene_plan(k, scene_seed, False)
+            for step in steps[:args.dagger_tasks or len(steps)]:
+                result = session.run_task(step['task'], args.dagger_timeout)
+                results.append(result)
+                log(f"  dagger scene {k}/{args.dagger_scenes} (seed {scene_seed}): "
+                    f"{result['task']!r}: "
+                    f"{'ok ' + str(result['sim_s']) + ' s' if result['success'] else 'FAILED'}")
+                if not result['success']:
+                    break
+            scenes.append({'k': k, 'seed': scene_seed, 'tasks': results})
+        # The operator's counts since it started (its /diagnostics, cumulative).
+        wait_until(lambda: 'virtual_operator: virtual operator' in session.diagnostics, 10.0,
+                   'the virtual operator on /diagnostics', session.plist)
+        operator = dict(session.diagnostics['virtual_operator: virtual operator'])
+    finally:
+        codes = session.close()
+    tasks = [t for s in scenes for t in s['tasks']]
+    reasons = ('stall', 'deviation', 'drop')
+    return {'seed': seed, 'scenes': scenes, 'tasks_sent': len(tasks),
+            'tasks_succeeded': sum(t['success'] for t in tasks),
+            'takeovers': int(operator.get('takeovers', 0)),
+            'takeovers_by_reason': {r: int(operator.get(f'takeovers_{r}', 0)) for r in reasons},
+            'handbacks': int(operator.get('handbacks', 0)),
+            'intervention_s': float(operator.get('intervention_s', 0.0)),
+            'wall_s': round(time.monotonic() - t0, 1), 'exit_codes': codes}
+
+
+def dagger(args: argparse.Namespace) -> dict[str, Any]:
+    work = args.work
+    trained = read_json(work / 'train.json')
+    read_json(work / 'export.json')
+    collected = read_json(work / 'collect.json')
+    plan = eval_plan(args.eval_seed, args.eval_episodes)
+    reserved = {s['seed'] for s in collected['scenes']} | {seed for seed, _ in plan}
+    used = {dagger_seed(args, r, p) + 1000 * k for r in range(1, args.dagger_rounds + 1)
+            for p in (False, True) for k in range(1, args.dagger_scenes + 1)}
+    if used & reserved:
+        raise SystemExit(f'DAgger layouts {sorted(used & reserved)} are collection or held-out '
+                         'layouts: choose another --dagger-seed')
+    names = [n for n in args.dagger_configs.split(',') if n]
+    unknown = [n for n in names if n not in CONFIGS]
+    if unknown:
+        raise SystemExit(f'unknown --dagger-configs {unknown}; known: {list(CONFIGS)}')
+    root = work / 'dagger'
+    root.mkdir(parents=True, exist_ok=True)
+    policy_sets, planner_sets = [work / 'dataset'], [work / 'dataset']
+    current = {'policy': trained['policy'], 'planner': trained['planner']}
+    rounds: list[dict[str, Any]] = []
+    weights = ('--intervention-weight', str(args.dagger_intervention_weight),
+               '--learner-weight', str(args.dagger_learner_weight))
+    for r in range(1, args.dagger_rounds + 1):
+        rd = root / f'round_{r}'
+        if rd.exists():  # a round run again starts from nothing
+            shutil.rmtree(rd)
+        rd.mkdir(parents=True)
+        entry: dict[str, Any] = {'round': r}
+        # (a) the current policy under the scripted planner, the operator correcting it.
+        log(f'DAgger round {r}: the learned policy with the virtual operator on '
+            f'{args.dagger_scenes} training layouts')
+        entry['policy_deploy'] = dagger_deploy(
+            args, rd / 'policy_run', dagger_seed(args, r, False),
+            config_overrides(DAGGER_POLICY_CONFIG, work, current))
+        # (b) export; (c) aggregate with everything before; (d) retrain from scratch.
+        entry['policy_dataset'] = export_bags(rd / 'policy_run' / 'bags', rd / 'policy_dataset',
+                                              rd / 'export_policy.log', 3600.0)
+        entry['policy_dataset'].update(intervention_counts(rd / 'policy_dataset'))
+        policy_sets.append(rd / 'policy_dataset')
+        entry['policy_aggregate'] = aggregate(policy_sets, rd / 'policy_aggregate')
+        log(f"  round {r}: {entry['policy_dataset']['intervention_frames']} of "
+            f"{entry['policy_dataset']['frames']} frames under the operator; aggregate "
+            f"{entry['policy_aggregate']['frames']} frames; retraining the policy")
+        current['policy'] = train_policy(rd / 'policy_aggregate', rd / 'policy', args,
+                                         rd / 'train_policy.log', weights)
+        entry['policy_training'] = current['policy']
+        # Planner DAgger: the learned planner under the scripted policy, the operator moving
+        # the arm on where the planner is stuck (so the recording reaches the later states);
+        # the frames relabelled offline with the scripted planner's subtasks over the recorded
+        # ground truth (lerobot-lang annotate), the planner retrained on its own states.
+        if args.dagger_planner_scenes > 0:
+            entry.update(dagger_planner_round(args, rd, r, current, planner_sets))
+        # (e) the held-out episodes of the deploy stage, without the operator.
+        entry['eval'] = {}
+        for name in names:
+            if CONFIGS[name][0] and args.dagger_planner_scenes <= 0:
+                continue  # the planner is not retrained: the deploy stage's figure stands
+            log(f'  round {r}: deploy {name} on {len(plan)} held-out episodes')
+            result = deploy_one(args, name, config_overrides(
+                name, work, current, confirmations=args.dagger_planner_confirmations), plan,
+                folder=rd / 'eval' / name)
+            entry['eval'][name] = {k: result[k] for k in (
+                'n', 'successes', 'success_rate', 'median_sim_s', 'chunks', 'subtask_changes',
+                'distinct_subtasks', 'moves_on', 'diagnostics', 'exit_codes', 'wall_s',
+                'overrides')}
+            entry['eval'][name]['seeds'] = [e['seed'] for e in result['episodes']]
+            log(f"  round {r}: {name} {result['successes']}/{result['n']}")
+        rounds.append(entry)
+        write_json(work / 'dagger.json', {'rounds': rounds, 'eval_seed': args.eval_seed})
+    report = {'rounds': rounds, 'eval_seed': args.eval_seed,
+              'policy_weights': {'intervention': args.dagger_intervention_weight,
+                                 'learner': args.dagger_learner_weight},
+              'retraining': 'from scratch on the aggregate, every round'}
+    write_json(work / 'dagger.json', report)
+    return report
+
+
+def dagger_planner_round(args: argparse.Namespace, rd: Path, r: int,
+                         current: dict[str, Any], planner_sets: list[Path]) -> dict[str, Any]:
+    work = args.work
+    log(f'DAgger round {r}: the learned planner with the scripted policy and the virtual '
+        f'operator on {args.dagger_planner_scenes} training layouts')
+    scenes = args.dagger_scenes
+    args.dagger_scenes = args.dagger_planner_scenes
+    try:
+        deployed = dagger_deploy(args, rd / 'planner_run', dagger_seed(args, r, True),
+                                 config_overrides('learned_planner+scripted_policy', work,
+                                                  current,
+                                                  confirmations=args.dagger_planner_confirmations))
+    finally:
+        args.dagger_scenes = scenes
+    out = rd / 'planner_dataset'
+    if out.exists():
+        shutil.rmtree(out)
+    bags = sorted(str(p) for p in (rd / 'planner_run' / 'bags').iterdir() if p.is_dir())
+    # Episodes at task changes: the learned planner may never report an outcome.
+    code, text, wall = run_cli(['lerobot_lang_nodes.cli.main', 'annotate', *bags, str(out),
+                                '--units', 'lerobot', '--fps', str(FPS), '--repo-id', REPO_ID,
+                                '--episodes-by', 'task', '--planner-backend', 'scripted',
+                                '--no-progress'], rd / 'annotate_planner.log', 3600.0)
+    if code != 0:
+        raise SystemExit(f'annotate failed ({code}): {text[-2000:]}')
+    info = json.loads((out / 'meta/info.json').read_text())
+    planner_sets.append(out)
+    aggregated = aggregate(planner_sets, rd / 'planner_aggregate')
+    log(f"  round {r}: {info['total_frames']} relabelled frames; aggregate "
+        f"{aggregated['frames']} frames; retraining the planner")
+    current['planner'] = train_planner(rd / 'planner_aggregate', rd / 'planner', args,
+                                       rd / 'train_planner.log',
+                                       args.dagger_planner_change_frames)
+    return {'planner_deploy': deployed,
+            'planner_dataset': {'frames': info['total_frames'],
+                                'episodes': info['total_episodes'], 'annotate_wall_s': wall},
+            'planner_aggregate': aggregated, 'planner_training': current['planner']}
+
+
 # --- report ----------------------------------------------------------------------------------
 def plot_curve(points: list[tuple[int, float]], baseline: float | None,
                path: Path) -> str:
@@ -690,11 +984,197 @@ def plot_curve(points: list[tuple[int, float]], baseline: float | None,
     return f'![success against training episodes]({path.name})'
 
 
+def dagger_summary(dagger_data: dict[str, Any], deployed: dict[str, Any],
+                   trained: dict[str, Any], exported: dict[str, Any]) -> dict[str, Any]:
+    """Per round (round 0: the deploy stage's models, trained on the demonstrations only):
+    success of each configuration against the expert's, what the round recorded, the
+    operator's takeovers, and how soon the learned planner followed the expert's changes."""
+    configs = deployed['configs']
+    base = (configs.get(BASELINE) or {}).get('success_rate')
+
+    def row(results: dict[str, Any]) -> dict[str, Any]:
+        out = {}
+        for name, c in results.items():
+            if name == BASELINE:
+                continue
+            rate = c.get('success_rate')
+            out[name] = {'successes': c.get('successes'), 'n': c.get('n'),
+                         'success_rate': rate,
+                         'over_expert': round(rate / base, 3) if base and rate is not None
+                         else None}
+            if CONFIGS.get(name, (False,))[0]:
+                out[name]['moves_on'] = c.get('moves_on')
+        return out
+
+    rounds = [{'round': 0, 'policy_frames': trained['policy']['frames'],
+               'planner_frames': trained['planner'].get('frames'),
+               'recorded_frames': exported['frames'], 'eval': row(configs)}]
+    policy_frames, planner_frames = trained['policy']['frames'], trained['planner'].get('frames')
+    for r in dagger_data.get('rounds', []):
+        d, ds = r['policy_deploy'], r['policy_dataset']
+        policy_frames = r['policy_aggregate']['frames']
+        if 'planner_aggregate' in r:
+            planner_frames = r['planner_aggregate']['frames']
+        evals = dict(rounds[-1]['eval'])  # a configuration not rerun keeps its last figure
+        evals.update(row(r['eval']))
+        rounds.append({
+            'round': r['round'], 'policy_frames': policy_frames,
+            'planner_frames': planner_frames,
+            'recorded_frames': ds['frames'] + (r.get('planner_dataset') or {}).get('frames', 0),
+            'policy_run': {'tasks': f"{d['tasks_succeeded']}/{d['tasks_sent']}",
+                           'frames': ds['frames'],
+                           'intervention_frames': ds['intervention_frames'],
+                           'intervention_share': ds['intervention_share'],
+                           'takeovers': d['takeovers'],
+                           'takeovers_by_reason': d['takeovers_by_reason'],
+                           'intervention_s': d['intervention_s']},
+            'planner_run': ({'tasks': f"{r['planner_deploy']['tasks_succeeded']}/"
+                                      f"{r['planner_deploy']['tasks_sent']}",
+                             'frames': r['planner_dataset']['frames'],
+                             'takeovers': r['planner_deploy']['takeovers'],
+                             'takeovers_by_reason': r['planner_deploy']['takeovers_by_reason']}
+                            if 'planner_deploy' in r else None),
+            'policy_training_wall_s': r['policy_training']['command_wall_s'],
+            'sampled_share_intervention': r['policy_training'].get('sampled_share_intervention'),
+            'eval': evals, 'rerun': sorted(r['eval'])})
+    last = rounds[-1]['eval']
+
+    def ratio(name: str) -> float | None:
+        return (last.get(name) or {}).get('over_expert')
+
+    moves = ((last.get('learned_planner+scripted_policy') or {}).get('moves_on') or {})
+    targets = {
+        'learned_policy_over_expert': ratio('scripted_planner+learned_policy'),
+        'learned_planner_over_expert': ratio('learned_planner+scripted_policy'),
+        'both_learned_over_expert': ratio('learned_planner+learned_policy'),
+        'planner_moves_on_within_0_5_s': moves.get('within_0_5_s')}
+    targets.update(
+        policy_target_met=(targets['learned_policy_over_expert'] or 0) >= 0.8,
+        planner_target_met=(targets['learned_planner_over_expert'] or 0) >= 0.8,
+        moves_on_target_met=(targets['planner_moves_on_within_0_5_s'] or 0) >= 0.8)
+    return {'expert_success_rate': base, 'rounds': rounds, 'targets': targets,
+            'weights': dagger_data.get('policy_weights'),
+            'retraining': dagger_data.get('retraining')}
+
+
+def plot_dagger(dg: dict[str, Any], plain: list[tuple[int, float]], path: Path) -> str:
+    """Success against rounds, and against the policy's training frames beside the curve of
+    plain demonstrations (subsets of the collection)."""
+    try:
+        import matplotlib
+        matplotlib.use('Agg')
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return 'matplotlib is not installed in .venv: the DAgger figures are in the JSON only'
+    fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.5), dpi=120)
+    rounds = dg['rounds']
+    for name in CONFIGS:
+        pts = [(r['round'], r['eval'][name]['success_rate']) for r in rounds
+               if (r['eval'].get(name) or {}).get('success_rate') is not None]
+        if pts:
+            xs, ys = zip(*pts)
+            left.plot(xs, [100 * y for y in ys], 'o-', label=name.replace('_', ' ')
+                      .replace('+', ' + '))
+    share = [(r['round'], r['policy_run']['intervention_share']) for r in rounds[1:]
+             if r['policy_run']['intervention_share'] is not None]
+    if share:
+        xs, ys = zip(*share)
+        left.plot(xs, [100 * y for y in ys], 'x:', color='grey',
+                  label='frames under the operator (policy runs)')
+    pts = [(r['policy_frames'], r['eval'][DAGGER_POLICY_CONFIG]['success_rate'])
+           for r in rounds
+           if (r['eval'].get(DAGGER_POLICY_CONFIG) or {}).get('success_rate') is not None]
+    if pts:
+        xs, ys = zip(*pts)
+        right.plot(xs, [100 * y for y in ys], 'o-', label='DAgger rounds')
+    if plain:
+        xs, ys = zip(*sorted(plain))
+        right.plot(xs, [100 * y for y in ys], 's--', label='plain demonstrations')
+    for ax, xlabel in ((left, 'DAgger round (0: demonstrations only)'),
+                       (right, 'policy training frames')):
+        if dg['expert_success_rate'] is not None:
+            ax.axhline(100 * dg['expert_success_rate'], color='grey', ls='--', lw=0.8,
+                       label='scripted expert')
+        ax.set_xlabel(xlabel)
+        ax.set_ylim(-5, 105)
+        ax.grid(alpha=0.3)
+        ax.legend(loc='best', fontsize=6)
+    left.set_ylabel('held-out success; frames under the operator (%)', fontsize=8)
+    left.set_xticks([r['round'] for r in rounds])
+    right.set_ylabel('held-out success (%)', fontsize=8)
+    right.set_title('scripted planner + learned policy', fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return f'![DAgger: success against rounds and training frames]({path.name})'
+
+
+def dagger_markdown(dg: dict[str, Any], figure: str) -> list[str]:
+    w = dg.get('weights') or {}
+    lines = ['', '## DAgger rounds', '',
+             'Each round the current learned policy runs under the scripted planner on fresh '
+             'training layouts with the virtual operator taking over when it strays, recorded '
+             'and exported (`intervention` column); the round\'s data joins the earlier data '
+             '(LeRobot\'s `aggregate_datasets`) and the policy is trained again '
+             f"({dg.get('retraining')}; corrections sampled x{w.get('intervention')}, the "
+             f"learner's own frames of a corrected episode x{w.get('learner')}). The learned "
+             'planner runs likewise under the scripted policy, its frames relabelled with the '
+             "scripted planner's subtasks (`lerobot-lang annotate`). Every model is then "
+             'evaluated on the held-out episodes of the deploy stage without the operator. '
+             'Round 0 is the deploy stage.', '',
+             '| round | policy frames | planner frames | recorded | under the operator | '
+             'takeovers (stall / deviation / drop) | learned policy | learned planner | '
+             'both learned | planner follows <= 0.5 s |', '|' + '---|' * 10]
+    for r in dg['rounds']:
+        pr = r.get('policy_run') or {}
+        by = pr.get('takeovers_by_reason') or {}
+        cells = []
+        for name in ('scripted_planner+learned_policy', 'learned_planner+scripted_policy',
+                     'learned_planner+learned_policy'):
+            c = r['eval'].get(name)
+            kept = r['round'] > 0 and name not in r.get('rerun', [])
+            cells.append('-' if not c else f"{c['successes']}/{c['n']} "
+                         f"({c['over_expert'] if c['over_expert'] is not None else '-'} of "
+                         f"the expert){' *' if kept else ''}")
+        moves = (r['eval'].get('learned_planner+scripted_policy') or {}).get('moves_on') or {}
+        lines.append(
+            f"| {r['round']} | {r['policy_frames']} | {r['planner_frames']} | "
+            f"{r['recorded_frames']} | "
+            f"{_pct(pr.get('intervention_share')) if pr else '-'} | "
+            + (f"{pr['takeovers']} ({by.get('stall', 0)} / {by.get('deviation', 0)} / "
+               f"{by.get('drop', 0)})" if pr else '-')
+            + f" | {' | '.join(cells)} | "
+            + (f"{_pct(moves.get('within_0_5_s'))} of {moves['changes']} changes"
+               if moves.get('changes') else '-') + ' |')
+    lines += ['', '\\* not rerun this round (its models did not change): the last figure.', '',
+              'Recorded = frames the round added (policy and planner runs; round 0: the '
+              'demonstrations). Planner follows = at each change of the expert\'s subtask '
+              '(the scripted plan advanced on the ground truth) in the held-out run of the '
+              'learned planner with the scripted policy, the share where the learned '
+              'planner\'s subtask was the new one within 0.5 sim s.', '', figure, '',
+              '### DAgger targets', '']
+    t = dg['targets']
+    for key, met, label in (
+            ('learned_policy_over_expert', 'policy_target_met',
+             'learned policy (scripted planner) success / expert'),
+            ('learned_planner_over_expert', 'planner_target_met',
+             'learned planner (scripted policy) success / expert'),
+            ('planner_moves_on_within_0_5_s', 'moves_on_target_met',
+             'learned planner follows the expert\'s changes within 0.5 s')):
+        lines.append(f"- {label}: {t[key]} (target >= 0.8: "
+                     f"{'met' if t[met] else 'not met'})")
+    lines.append(f"- both learned, success / expert: {t['both_learned_over_expert']} "
+                 '(reported, no target)')
+    return lines
+
+
 def report(args: argparse.Namespace) -> dict[str, Any]:
     work = args.work
     data = {name: read_json(work / f'{name}.json')
             for name in ('collect', 'export', 'train', 'deploy')}
     timings = read_json(work / 'timings.json') if (work / 'timings.json').is_file() else {}
+    dagger_data = (read_json(work / 'dagger.json') if (work / 'dagger.json').is_file()
+                   else None)
     collected, exported, trained, deployed = (data['collect'], data['export'], data['train'],
                                               data['deploy'])
     configs = deployed['configs']
@@ -736,11 +1216,23 @@ def report(args: argparse.Namespace) -> dict[str, Any]:
                     'planner_accuracy': acc.get('accuracy'),
                     'planner_target_met': (acc.get('accuracy') or 0) >= 0.9},
     }
+    if dagger_data:
+        summary['dagger'] = dagger_summary(dagger_data, deployed, trained, exported)
     # No path of this machine in the reports: the work folder and the checkout become names.
-    blob = json.dumps({'summary': summary, **data, 'timings': timings}, indent=2)
+    blob = json.dumps({'summary': summary, **data, 'timings': timings,
+                       **({'dagger': dagger_data} if dagger_data else {})}, indent=2)
     blob = blob.replace(str(args.work), '<work>').replace(str(ROOT), '<repo>')
     (args.report_dir / f'{args.name}.json').write_text(blob + '\n')
     text = markdown(summary, figure)
+    if dagger_data:
+        plain = [(int(p['frames']), r['success_rate'])
+                 for p, r in zip(trained.get('curve', []), deployed.get('curve', []))
+                 if r.get('success_rate') is not None]
+        if learned and learned.get('success_rate') is not None:
+            plain.append((int(trained['policy']['frames']), learned['success_rate']))
+        dfig = plot_dagger(summary['dagger'], plain,
+                           args.report_dir / f'{args.name}_dagger.png')
+        text += '\n'.join(dagger_markdown(summary['dagger'], dfig)) + '\n'
     if args.analysis:
         # A hand-written reading of this run's numbers (what limits the learned models).
         notes = args.analysis.read_text().strip()
@@ -845,7 +1337,8 @@ def markdown(s: dict[str, Any], figure: str) -> str:
 
 
 # --- command line ----------------------------------------------------------------------------
-STAGE_FUNCTIONS = {'collect': collect, 'export': export, 'train': train, 'deploy': deploy}
+STAGE_FUNCTIONS = {'collect': collect, 'export': export, 'train': train, 'deploy': deploy,
+                   'dagger': dagger}
 STAGE_SETTINGS = {
     'collect': ('scenes', 'interject_every', 'task_timeout', 'collect_seed'),
     'train': ('policy_steps', 'policy_batch', 'planner_steps', 'planner_examples',
@@ -854,6 +1347,12 @@ STAGE_SETTINGS = {
               'curve'),
     'deploy': ('eval_episodes', 'eval_timeout', 'curve_eval_episodes', 'planner_eval_frames',
                'planner_confirmations', 'configs', 'eval_seed'),
+    'dagger': ('dagger_rounds', 'dagger_scenes', 'dagger_tasks', 'dagger_timeout',
+               'dagger_planner_scenes',
+               'dagger_intervention_weight', 'dagger_learner_weight',
+               'dagger_planner_change_frames', 'dagger_planner_confirmations',
+               'dagger_configs', 'dagger_seed',
+               'eval_episodes', 'eval_timeout'),
 }
 
 
@@ -877,6 +1376,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument('--eval-seed', type=int, default=500,
                         help='sim_bridge seed of the held-out scenes (must differ from the '
                              'collection seed modulo 1000)')
+    parser.add_argument('--dagger-seed', type=int, default=250,
+                        help='sim_bridge seed of DAgger round r\'s training layouts: policy '
+                             'runs seed + 2 (r - 1), planner runs one more (scene k: + 1000 k; '
+                             'refused where they meet collection or held-out layouts)')
     for key, value in PRESETS['default'].items():
         parser.add_argument('--' + key.replace('_', '-'), type=type(value), default=None,
                             help=f'(default preset {value!r}, ci {PRESETS["ci"][key]!r})')

@@ -173,3 +173,56 @@ def policy_heldout_loss(model_dir: Path, dataset: Path, max_frames: int = 256,
     with torch.no_grad():
         loss, _ = policy.forward(pre(cache.batch(index)))
     return round(float(loss), 4)
+
+
+class ExpertSubtasks:
+    """The expert's subtask of ``task`` as the world changes: the scripted planner's plan,
+    advanced (or sent back on a drop) from the simulator's ground truth, as the virtual
+    operator follows it. ``update(gt)`` returns the subtask text, '' once the task is done."""
+
+    def __init__(self, task: str) -> None:
+        from lerobot_lang_nodes.sim.tasks import decompose, parse_task
+        spec = parse_task(task)
+        self.steps = decompose(spec) if spec else []
+        self.index: int | None = None
+
+    def update(self, gt: dict[str, Any]) -> str:
+        from lerobot_lang_nodes.sim.tasks import advance, infer_subtask_index
+        if not self.steps:
+            return ''
+        try:
+            self.index = (infer_subtask_index(self.steps, gt) if self.index is None
+                          else advance(self.steps, self.index, gt))
+        except KeyError:  # a cube this scene does not have
+            return ''
+        return self.steps[self.index].text if self.index < len(self.steps) else ''
+
+
+def moves_on_latencies(timeline: list[tuple[float, str, str]]) -> list[float | None]:
+    """For each change of the expert's subtask in ``timeline`` ((time s, expert's subtask,
+    the planner's subtask) samples in time order), the time from the change until the
+    planner's subtask is the expert's new one: 0 when it already was, None when it never got
+    there before the expert changed again (or the run ended). The first subtask of the task is
+    not a change, nor is the task's end ('')."""
+    out: list[float | None] = []
+    for k in range(1, len(timeline)):
+        t, expert, _ = timeline[k]
+        if not expert or expert == timeline[k - 1][1]:
+            continue
+        latency = None
+        for t2, expert2, planner2 in timeline[k:]:
+            if expert2 != expert:
+                break
+            if planner2 == expert:
+                latency = round(t2 - t, 3)
+                break
+        out.append(latency)
+    return out
+
+
+def moves_on_share(latencies: list[float | None], within_s: float = 0.5) -> float | None:
+    """The share of changes the planner followed within ``within_s``."""
+    if not latencies:
+        return None
+    return round(sum(1 for x in latencies if x is not None and x <= within_s)
+                 / len(latencies), 4)

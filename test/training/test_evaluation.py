@@ -3,7 +3,8 @@ of a seed, so a learned model is compared on the scenes its baseline met."""
 
 from __future__ import annotations
 
-from lerobot_lang_nodes.training.evaluation import COLOURS, eval_plan, scene_plan
+from lerobot_lang_nodes.training.evaluation import (COLOURS, eval_plan, moves_on_latencies,
+                                                    moves_on_share, scene_plan)
 
 
 def test_held_out_episodes_reset_to_known_seeds_with_a_pick_every_third():
@@ -25,3 +26,17 @@ def test_collection_scenes_put_every_cube_in_the_bowl_once():
     assert first['interjection'].startswith('use the') and first['vqa']
     goals = [first['interjected_goal']] + [s['task'] for s in redirected[1:]]
     assert sorted(goals) == sorted(f'put the {c} cube in the bowl' for c in COLOURS)
+
+
+def test_how_soon_the_planner_follows_each_change_of_the_expert():
+    r, g, l_ = 'reach the red cube', 'grasp the red cube', 'lift the red cube'
+    timeline = [(0.0, r, ''), (0.1, r, r),
+                (1.0, g, r), (1.2, g, r), (1.3, g, g),   # followed after 0.3 s
+                (2.0, l_, l_),                           # already there: 0
+                (3.0, 'move the red cube over the bowl', l_),  # never, then the task ends
+                (4.0, '', l_)]
+    assert moves_on_latencies(timeline) == [0.3, 0.0, None]
+    assert moves_on_share(moves_on_latencies(timeline)) == round(2 / 3, 4)
+    slow = [(0.0, r, r), (1.0, g, r), (1.6, g, g)]
+    assert moves_on_latencies(slow) == [0.6] and moves_on_share([0.6]) == 0.0
+    assert moves_on_share([]) is None
