@@ -378,6 +378,16 @@ VIRTUAL_OPERATOR = NodeSpec('virtual_operator', 'lerobot_lang_nodes.nodes.virtua
 
 
 @dataclass(frozen=True)
+class GraphPlan:
+    """What a graph starts, in memory: node specs, their parameters, where those came from."""
+
+    specs: tuple[NodeSpec, ...]
+    params: dict  # {node: {'ros__parameters': {...}}}, only the started nodes' blocks
+    source: str  # the params file (and robot YAML) the parameters were read from
+    namespace: str  # '' or '/robot1'
+
+
+@dataclass(frozen=True)
 class LaunchPlan:
     """What a launch file starts: node specs, one resolved params file, the namespace."""
 
@@ -416,13 +426,21 @@ def _real_robot_overrides(values: dict[str, str]) -> dict[str, dict[str, object]
 def launch_plan(graph_name: str, values: dict[str, str],
                 out_dir: Path | None = None,
                 overrides: dict[str, dict[str, object]] | None = None) -> LaunchPlan:
+    """``plan`` with its parameters written to one file whose keys match under any namespace:
+    ``out_dir``/lerobot_lang_<graph>_params.yaml (the launch files pass the launch's log
+    folder), else a new temporary file the caller removes."""
+    made = plan(graph_name, values, overrides)
+    return _written_plan(graph_name, made, out_dir)
+
+
+def plan(graph_name: str, values: dict[str, str],
+         overrides: dict[str, dict[str, object]] | None = None) -> GraphPlan:
     """Resolve launch argument values (strings) into the nodes and parameters to start.
 
-    Shared by launch/sim.launch.py and launch/real.launch.py, so `ros2 launch` starts what
-    `lerobot-lang sim|real` starts, and by testing.SimGraph, so tests and benchmarks start
-    that graph too; the parameters go into one file whose keys match under
-    any namespace: ``out_dir``/lerobot_lang_<graph>_params.yaml (the launch files pass the
-    launch's log folder), else a new temporary file the caller removes. ``overrides``
+    The one plan of every starter: the launch files (`ros2 launch`), `lerobot-lang
+    sim|real|policy` (cli/bringup.py maps its options onto these arguments) and
+    testing.SimGraph (tests and benchmarks), so each starts the same nodes with the same
+    parameters, the first task included (the planner's ``task`` parameter). ``overrides``
     (``{node: {parameter: value}}``) are set over the params file like the arguments' own.
     """
     defaults = {a.name: a.default for a in launch_arguments(graph_name)}
@@ -431,10 +449,12 @@ def launch_plan(graph_name: str, values: dict[str, str],
         raise ValueError(f'unknown launch arguments {unknown}; known: {sorted(defaults)}')
     v = {**defaults, **{k: str(x) for k, x in values.items()}}
     if graph_name == POLICY_GRAPH:
-        return _policy_plan(v, out_dir, overrides or {})
+        return _policy_plan(v, overrides or {})
     nodes_of, simulator = (SIMULATORS[v['simulator']] if graph_name == 'sim'
                            else (graph_name, ''))
     params_file = Path(v['params_file']) if v['params_file'] else default_params_file(nodes_of)
+    if not params_file.is_file():
+        raise FileNotFoundError(f'parameters file {params_file} does not exist')
     overrides = _merge(model_overrides(v['policy_path'], v['policy_backend'],
                                        v['planner_model'], v['planner_backend'],
                                        v['hierarchical'], v['device']), overrides or {})
@@ -451,8 +471,6 @@ def launch_plan(graph_name: str, values: dict[str, str],
         for node, node_values in overrides.items():
             params.setdefault(node, {}).setdefault('ros__parameters', {}).update(node_values)
         fan_out_cameras(params, nodes_of)
-    if v['task']:
-        params.setdefault('planner', {}).setdefault('ros__parameters', {})['task'] = v['task']
     if v['viewer_port']:
         params.setdefault('viewer', {}).setdefault('ros__parameters', {})['port'] = int(
             v['viewer_port'])
@@ -481,6 +499,13 @@ def launch_plan(graph_name: str, values: dict[str, str],
             params['recorder']['ros__parameters'].setdefault('cameras', list(cameras))
     specs = without(specs, v['without'])
     here = {n for s in specs for n in (s.hosts or (s.name,))}
+    if v['task'].strip():
+        if 'planner' not in here:
+            raise ValueError(f'task {v["task"]!r}: the planner runs on the other computer '
+                             '(without includes planner); give the task to that side '
+                             '(`lerobot-lang policy --planner --task ...`, or task:= of '
+                             'policy.launch.py), or send it on /task once both run')
+        params.setdefault('planner', {}).setdefault('ros__parameters', {})['task'] = v['task']
     compressed = compressed_images(v['compressed_images'],
                                    split='policy' not in here and nodes_of in JPEG_GRAPHS)
     for node, node_values in compression_parameters(nodes_of, cameras, compressed,
@@ -491,27 +516,33 @@ def launch_plan(graph_name: str, values: dict[str, str],
             block = params.setdefault(name, {}).setdefault('ros__parameters', {})
             block['use_sim_time'] = sim_time and (spec.use_sim_time or graph_name == 'real'
                                                   or spec is RECORDER)
-    return _written_plan(graph_name, specs, params, params_file, v['namespace'], out_dir)
+    source = f'{v["robot_yaml"]} + {params_file}' if v.get('robot_yaml') else str(params_file)
+    return _graph_plan(specs, params, source, v['namespace'])
 
 
-def _written_plan(graph_name: str, specs: list[NodeSpec], params: dict, params_file: Path,
-                  namespace: str, out_dir: Path | None) -> LaunchPlan:
-    """The plan with ``params`` (only the started nodes' blocks) written to its file."""
-    import tempfile
+def _graph_plan(specs: list[NodeSpec], params: dict, source: str,
+                namespace: str) -> GraphPlan:
+    """The plan with only the started nodes' parameter blocks."""
     used = {n for s in specs for n in (s.hosts or (s.name,))}
     params = {k: b for k, b in params.items() if k in used or k.startswith('/')}
+    ns = namespace.strip()
+    if ns and not ns.startswith('/'):
+        ns = '/' + ns
+    return GraphPlan(tuple(specs), params, source, ns.rstrip('/'))
+
+
+def _written_plan(graph_name: str, made: GraphPlan, out_dir: Path | None) -> LaunchPlan:
+    """``made`` with its parameters written to its file."""
+    import tempfile
     if out_dir is not None:
         name = str(Path(out_dir) / f'lerobot_lang_{graph_name}_params.yaml')
         fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     else:
         fd, name = tempfile.mkstemp(prefix=f'lerobot_lang_{graph_name}_', suffix='.yaml')
     with open(fd, 'w', encoding='utf-8') as f:
-        f.write(f'# {params_file} with the launch arguments; keys match in any namespace\n')
-        yaml.dump(namespaced(params), f, Dumper=NoAliasDumper, sort_keys=False)
-    ns = namespace.strip()
-    if ns and not ns.startswith('/'):
-        ns = '/' + ns
-    return LaunchPlan(tuple(specs), Path(name), ns.rstrip('/'), params)
+        f.write(f'# {made.source} with the launch arguments; keys match in any namespace\n')
+        yaml.dump(namespaced(made.params), f, Dumper=NoAliasDumper, sort_keys=False)
+    return LaunchPlan(made.specs, Path(name), made.namespace, made.params)
 
 
 def without(specs: list[NodeSpec] | tuple[NodeSpec, ...], names: str) -> list[NodeSpec]:
@@ -571,8 +602,7 @@ def compression_parameters(nodes_of: str, cameras: tuple[str, ...] | list[str],
     return out
 
 
-def _policy_plan(v: dict[str, str], out_dir: Path | None,
-                 overrides: dict[str, dict[str, object]]) -> LaunchPlan:
+def _policy_plan(v: dict[str, str], overrides: dict[str, dict[str, object]]) -> GraphPlan:
     """The policy computer's part of a split graph: the policy (and with planner:=true the
     planner) of the robot's graph, with its parameters, reading compressed images unless
     compressed_images:=false."""
@@ -600,12 +630,17 @@ def _policy_plan(v: dict[str, str], out_dir: Path | None,
         for node, node_values in overrides.items():
             params.setdefault(node, {}).setdefault('ros__parameters', {}).update(node_values)
     specs = [s for s in GRAPHS[robot] if s.name in names]
-    if v['task'] and 'planner' in names:
+    if v['task'].strip():
+        if 'planner' not in names:
+            raise ValueError(f'task {v["task"]!r}: the planner is not on this computer; add '
+                             'planner:=true (--planner) or give the task on the robot side')
         params.setdefault('planner', {}).setdefault('ros__parameters', {})['task'] = v['task']
     for spec in specs:  # sim: the robot side's /clock; real: wall clocks (never compared)
         params.setdefault(spec.name, {}).setdefault('ros__parameters', {})['use_sim_time'] = (
             robot == 'sim')
-    return _written_plan(POLICY_GRAPH, specs, params, params_file, v['namespace'], out_dir)
+    source = (f'{v["robot_yaml"]} + {params_file}' if robot == 'real' and v['robot_yaml']
+              else str(params_file))
+    return _graph_plan(specs, params, source, v['namespace'])
 
 
 def _merge(a: dict[str, dict[str, object]], b: dict[str, dict[str, object]]) -> dict:

@@ -171,22 +171,41 @@ def policy_plan(args: argparse.Namespace) -> tuple[list[graph.NodeSpec], dict, s
               'robot_yaml': str(args.robot_yaml or '')}
     for key in ('policy_path', 'policy_backend', 'planner_model', 'planner_backend', 'device'):
         values[key] = getattr(args, key, None) or ''
-    plan = graph.launch_plan(graph.POLICY_GRAPH, values)
-    plan.params_file.unlink()  # the session folder gets the only copy
-    source = str(args.params_file or graph.default_params_file(args.robot))
-    return list(plan.specs), graph.plain_keys(plan.params), source
+    made = graph.plan(graph.POLICY_GRAPH, values)
+    return list(made.specs), graph.plain_keys(made.params), made.source
 
 
-def split_parameters(command: str, args: argparse.Namespace, specs: list[graph.NodeSpec],
-                     cameras: tuple[str, ...]) -> dict[str, dict[str, object]]:
-    """The robot side's compressed-image parameters ({} when the images stay raw)."""
-    names = {n for s in specs for n in (s.hosts or (s.name,))}
-    remote_policy = 'policy' not in names
-    compressed = graph.compressed_images(
-        args.compressed_images,
-        split=remote_policy and graph_name(command, args) in graph.JPEG_GRAPHS)
-    return graph.compression_parameters(graph_name(command, args), cameras, compressed,
-                                        args.jpeg_quality)
+def launch_values(command: str, args: argparse.Namespace) -> dict[str, str]:
+    """The launch arguments (graph.LAUNCH_ARGUMENTS) that ``lerobot-lang sim|real`` options
+    stand for: the CLI starts what `ros2 launch` with them starts."""
+    def flag(value: object) -> str:
+        return 'true' if value else 'false'
+    v = {'params_file': str(args.params_file or ''), 'namespace': args.namespace,
+         'viewer': flag(not args.no_viewer),
+         'viewer_port': '' if args.viewer_port is None else str(args.viewer_port),
+         'dry_run': flag(args.dry_run), 'composed': flag(args.composed),
+         'record': flag(args.record), 'without': args.without,
+         'compressed_images': args.compressed_images, 'jpeg_quality': args.jpeg_quality,
+         'leader_port': args.leader_port, 'leader_calibration': args.leader_calibration}
+    for key in ('policy_path', 'policy_backend', 'planner_model', 'planner_backend',
+                'hierarchical', 'device'):
+        v[key] = str(getattr(args, key, None) or '')
+    if command == 'sim':
+        v['simulator'] = args.simulator or 'mujoco'
+        v['virtual_operator'] = flag(args.virtual_operator)
+    else:
+        v['robot_yaml'] = str(args.robot_yaml)
+    planner_here = 'planner' not in graph.split_names(args.without)
+    if args.task is not None:
+        v['task'] = args.task
+    elif command == 'sim' and v['simulator'] == 'mujoco' and planner_here:
+        v['task'] = DEFAULT_SIM_TASK  # a kitchen's planner follows each episode's own
+    return v
+
+
+def plan(command: str, args: argparse.Namespace) -> graph.GraphPlan:
+    """The nodes and parameters ``lerobot-lang sim|real`` starts: graph.plan of its options."""
+    return graph.plan(command, launch_values(command, args))
 
 
 class Supervised:
@@ -233,83 +252,6 @@ class Supervised:
                   '(its thread stacks follow)', flush=True)
             kill_with_stacks(self.proc)
         self._thread.join(timeout=2.0)
-
-
-def _node_specs(command: str, args: argparse.Namespace,
-                cameras: tuple[str, ...]) -> list[graph.NodeSpec]:
-    # The real graph has one camera node per camera of the robot YAML.
-    specs = list(graph.real_specs(cameras) if command == 'real'
-                 else graph.GRAPHS[graph_name(command, args)])
-    if getattr(args, 'composed', False) or getattr(args, 'hierarchical', None):
-        specs = list(graph.composed(specs))
-    if args.no_viewer:
-        specs = [s for s in specs if s.name != 'viewer']
-    if getattr(args, 'leader_port', ''):
-        specs.append(graph.LEADER)
-    if getattr(args, 'virtual_operator', False):
-        if graph_name(command, args) != 'sim':
-            raise ValueError('--virtual-operator needs the MuJoCo tabletop (--simulator '
-                             'mujoco): its expert reads that scene\'s ground truth')
-        specs.append(graph.VIRTUAL_OPERATOR)
-    if getattr(args, 'record', False):
-        specs.append(graph.RECORDER)
-    return specs
-
-
-def graph_name(command: str, args: argparse.Namespace) -> str:
-    """'real', 'sim' (the MuJoCo tabletop) or 'robocasa' (kitchens, --simulator)."""
-    if command != 'sim':
-        return command
-    return graph.SIMULATORS[getattr(args, 'simulator', None) or 'mujoco'][0]
-
-
-def model_overrides(args: argparse.Namespace,
-                    command: str = 'sim') -> dict[str, dict[str, object]]:
-    """The parameters the model, simulator and --dry-run options set ({} when none is
-    given)."""
-    out = graph.model_overrides(
-        *(getattr(args, k, None) or '' for k in ('policy_path', 'policy_backend',
-                                                 'planner_model', 'planner_backend',
-                                                 'hierarchical', 'device')))
-    simulator = graph.SIMULATORS[getattr(args, 'simulator', None) or 'mujoco'][1]
-    if simulator:
-        out.setdefault(graph.ROBOCASA_BRIDGE.name, {})['simulator'] = simulator
-    if getattr(args, 'dry_run', False):
-        for node, values in graph.dry_run_overrides(graph_name(command, args)).items():
-            out.setdefault(node, {}).update(values)
-    return out
-
-
-def with_overrides(params_file: Path, overrides: dict[str, dict[str, object]]) -> dict:
-    """The parameters of ``params_file`` with ``overrides`` set."""
-    import yaml
-    params = yaml.safe_load(params_file.read_text(encoding='utf-8')) or {}
-    for node, values in overrides.items():
-        params.setdefault(node, {}).setdefault('ros__parameters', {}).update(values)
-    return params
-
-
-def apply_overrides(params_file: Path, overrides: dict[str, dict[str, object]]) -> Path:
-    """A temporary copy of ``params_file`` with ``overrides`` set (the file itself if none)."""
-    if not overrides:
-        return params_file
-    import tempfile
-
-    import yaml
-    params = with_overrides(params_file, overrides)
-    fd, name = tempfile.mkstemp(prefix='lerobot_lang_params_', suffix='.yaml')
-    with open(fd, 'w', encoding='utf-8') as f:
-        f.write(f'# {params_file} with the command line model options\n')
-        yaml.safe_dump(params, f, sort_keys=False)
-    return Path(name)
-
-
-def sim_parameters(command: str, args: argparse.Namespace, params_file: Path) -> dict:
-    """A simulated graph's parameters: the params file with the model options, and the
-    simulator's camera list fanned out as the launch files' plan does."""
-    params = graph.plain_keys(with_overrides(params_file, model_overrides(args, command)))
-    graph.fan_out_cameras(params, graph_name(command, args))
-    return params
 
 
 def session_dir(args: argparse.Namespace) -> Path:
@@ -367,57 +309,32 @@ def run(command: str, args: argparse.Namespace) -> int:
         except (ValueError, FileNotFoundError) as exc:
             print(f'error: {exc}', file=sys.stderr)
             return 2
-        args.task = ''  # the planner got it as its parameter
-        return _start(args, env, specs, params, source)
-    params_file = args.params_file or graph.default_params_file(graph_name(command, args))
-    if not params_file.is_file():
-        print(f'error: parameters file {params_file} does not exist', file=sys.stderr)
-        return 2
-    cameras: tuple[str, ...] = ()
-    # Built in memory and written once, into the session folder (no temporary files).
-    if command == 'real':
-        from lerobot_lang_nodes import real_config  # the hardware path adds this module
-        try:
-            robot = real_config.load_robot_yaml(args.robot_yaml)
-            params = real_config.robot_parameters(robot, params_file,
-                                                  model_overrides(args, command),
-                                                  str(args.robot_yaml),
-                                                  elsewhere=graph.split_names(args.without))
-        except real_config.RobotConfigError as exc:
-            print(f'error: {exc}', file=sys.stderr)
-            return 2
-        cameras = tuple(robot['cameras'])
-        source = f'{args.robot_yaml} + {params_file}'
-    else:
-        params = sim_parameters(command, args, params_file)
-        source = str(params_file)
-    if args.task is None:
-        args.task = {'sim': DEFAULT_SIM_TASK, 'robocasa': SCENE_TASK}.get(
-            graph_name(command, args), '')
+        waits = 'planner' in {s.name for s in specs} and not args.task
+        return _start(args, env, specs, params, source, waits)
     try:
-        specs = graph.without(_node_specs(command, args, cameras), args.without)
-        for node, values in split_parameters(command, args, specs, cameras).items():
-            params.setdefault(node, {}).setdefault('ros__parameters', {}).update(values)
-        if getattr(args, 'leader_port', ''):
-            for node, values in graph.leader_parameters(args.leader_port,
-                                                        args.leader_calibration).items():
-                params.setdefault(node, {}).setdefault('ros__parameters', {}).update(values)
-    except ValueError as exc:
+        made = plan(command, args)
+    except (ValueError, FileNotFoundError) as exc:  # a robot YAML's refusal is a ValueError
         print(f'error: {exc}', file=sys.stderr)
         return 2
-    for spec in specs:
+    for spec in made.specs:
         if spec.environment:
             try:
                 graph.environment_prefix(spec.environment)
             except FileNotFoundError as exc:
                 print(f'error: {exc}', file=sys.stderr)
                 return 2
-    return _start(args, env, specs, params, source)
+    planner = made.params.get('planner', {}).get('ros__parameters', {})
+    here = {n for s in made.specs for n in (s.hosts or (s.name,))}
+    waits = 'planner' in here and not (planner.get('task') or planner.get('scene_task_topic'))
+    return _start(args, env, list(made.specs), made.params, made.source, waits)
 
 
 def _start(args: argparse.Namespace, env: dict[str, str], specs: list[graph.NodeSpec],
-           params: dict, source: str) -> int:
-    """Write the session folder, start ``specs`` and supervise them until the end."""
+           params: dict, source: str, waits_for_task: bool) -> int:
+    """Write the session folder, start ``specs`` and supervise them until the end.
+
+    The first task is the planner's ``task`` parameter, as under `ros2 launch`;
+    ``waits_for_task``: there is none, so say how to send one."""
     folder = session_dir(args)
     params_file = session_params(params, folder, args, specs, source)
     print(f"[lerobot-lang] ROS_DOMAIN_ID={env['ROS_DOMAIN_ID']} "
@@ -449,7 +366,7 @@ def _start(args: argparse.Namespace, env: dict[str, str], specs: list[graph.Node
             if args.namespace:
                 argv += ['-r', f"__ns:={'/' + args.namespace.strip('/')}"]
             procs.append(Supervised(spec, argv, node_env, folder / 'logs', on_line))
-        return _supervise(args, procs, stopping, urls)
+        return _supervise(args, procs, stopping, urls, waits_for_task)
     finally:
         for p in procs:
             p.stop()
@@ -491,16 +408,14 @@ class OutcomeAnnouncer:
 
 
 def _supervise(args: argparse.Namespace, procs: list[Supervised], stopping: threading.Event,
-               urls: list[str]) -> int:
+               urls: list[str], waits_for_task: bool) -> int:
     import rclpy
-    from std_msgs.msg import String
 
     from rclpy.signals import SignalHandlerOptions
 
-    from lerobot_lang_msgs.msg import TaskOutcome
+    from lerobot_lang_msgs.msg import LanguageContext, TaskOutcome
     from lerobot_lang_nodes.nodes import qos
     # Keep our SIGINT/SIGTERM handlers: rclpy's would shut the context down under the loop.
-    from lerobot_lang_msgs.msg import LanguageContext
     rclpy.init(signal_handler_options=SignalHandlerOptions.NO)
     node = rclpy.create_node('lerobot_lang_bringup',
                              namespace='/' + args.namespace.strip('/') if args.namespace else '')
@@ -508,14 +423,7 @@ def _supervise(args: argparse.Namespace, procs: list[Supervised], stopping: thre
     node.create_subscription(TaskOutcome, 'task_outcome', announcer.on_outcome, qos.LATCHED)
     node.create_subscription(LanguageContext, 'language_context', announcer.on_context,
                              qos.LATCHED)
-    task_pub = node.create_publisher(String, 'task', qos.LATCHED)
-    task_sent = not args.task
-    scene_task: list[str] = []
-    last_scene_task = ''
-    if args.task == SCENE_TASK:  # a kitchen: its episode's language becomes the task
-        node.create_subscription(String, 'sim/task_description',
-                                 lambda m: scene_task.append(m.data), qos.LATCHED)
-    if not args.task:
+    if waits_for_task:
         print('[lerobot-lang] no task given: send one with `lerobot-lang task TEXT` or type '
               '`/task TEXT` in `lerobot-lang console`', flush=True)
     viewer_url_printed = False
@@ -529,16 +437,6 @@ def _supervise(args: argparse.Namespace, procs: list[Supervised], stopping: thre
                     print(f'[lerobot-lang] required node {p.spec.name} exited with code {code};'
                           ' stopping the graph', flush=True)
                     return 1
-            if args.task == SCENE_TASK:
-                # Each kitchen (the first, and every /sim/reset) brings its own task.
-                if scene_task and task_pub.get_subscription_count() > 0:
-                    if scene_task[-1] and scene_task[-1] != last_scene_task:
-                        last_scene_task = scene_task[-1]
-                        task_pub.publish(String(data=last_scene_task))
-                    del scene_task[:-1]
-            elif not task_sent and task_pub.get_subscription_count() > 0:
-                task_pub.publish(String(data=args.task))
-                task_sent = True
             if not viewer_url_printed and urls:
                 print(f'[lerobot-lang] live view: {urls[0]}', flush=True)
                 viewer_url_printed = True

@@ -144,6 +144,11 @@ class PlannerConfig:
     task: str = field(default='', metadata={
         'doc': 'Task to start with, as if sent on /task (a "direct:" prefix is honoured); '
                'empty = wait for /task (the start-up log says how to send one).'})
+    scene_task_topic: str = field(default='', metadata={
+        'doc': 'Follow the simulator\'s episode language: each text on this topic '
+               '(std_msgs/String, latched; a kitchen\'s sim/task_description, one per '
+               'episode and reset) starts as the task, as if sent on /task. Not followed when '
+               '`task` is set (the given task wins). Empty disables.'})
     feedback_hz: float = field(default=2.0, metadata={
         'doc': 'RunTask feedback and progress check rate (Hz).', 'range': (0.1, 50.0)})
     max_text_chars: int = field(default=DEFAULT_MAX_TEXT_CHARS, metadata={
@@ -233,6 +238,9 @@ class PlannerNode(Node):
         # Latched and default-QoS publishers both reach the planner, each sample once.
         self._task_sub = CommandSubscription(
             self, String, 'task', lambda msg, sent_ns: self.session.on_task(msg.data, sent_ns))
+        if self.cfg.scene_task_topic and not self.cfg.task.strip():
+            self.create_subscription(String, self.cfg.scene_task_topic, self._on_scene_task,
+                                     qos.LATCHED)
         self._interjection_sub = CommandSubscription(
             self, String, 'interjection',
             lambda msg, _sent: self.session.on_interjection(msg.data))
@@ -267,6 +275,9 @@ class PlannerNode(Node):
         self._publish_context(force=True)
         if self.cfg.task.strip() and not (resumed and self.state.task == self.cfg.task.strip()):
             self.session.on_task(self.cfg.task)
+        elif self.cfg.scene_task_topic and not self.cfg.task.strip():
+            self.get_logger().info('task: each episode\'s own, from '
+                                   f'{self.resolve_topic_name(self.cfg.scene_task_topic)}')
         else:
             self.get_logger().info(
                 'no task yet: send one, e.g. `ros2 topic pub --once --keep-alive 5 '
@@ -289,6 +300,11 @@ class PlannerNode(Node):
     def _on_observation(self, source: str) -> None:
         if self.session is not None:
             self.session.on_observation(source)
+
+    def _on_scene_task(self, msg: String) -> None:
+        # Every episode's language, the first and each reset's, starts over as the task.
+        if msg.data.strip():
+            self.session.on_task(msg.data)
 
     def _on_status(self, msg: RuntimeStatus, info: dict) -> None:
         self.session.on_status(int(msg.context_revision), msg.mode, bool(msg.needs_refill),

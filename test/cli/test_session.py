@@ -20,10 +20,11 @@ def _args(*argv: str) -> argparse.Namespace:
 def test_session_params_route_the_sinks_into_the_session_folder(tmp_path):
     args = _args('--record', '--viewer-port', '8123', '--output-dir', str(tmp_path / 's'))
     folder = bringup.session_dir(args)
-    specs = bringup._node_specs('sim', args, ())
+    made = bringup.plan('sim', args)
+    specs = list(made.specs)
     assert [s.name for s in specs] == [*(s.name for s in graph.SIM), 'recorder']
-    params = yaml.safe_load(bringup.session_params(graph.default_params_file('sim'), folder,
-                                                   args, specs).read_text())
+    params = yaml.safe_load(bringup.session_params(made.params, folder, args, specs,
+                                                   made.source).read_text())
     assert 'viewer' not in params  # keys that match under any namespace
     viewer = params['/**/viewer']['ros__parameters']
     assert viewer['mp4_path'] == str(folder / 'live_view.mp4')
@@ -35,6 +36,8 @@ def test_session_params_route_the_sinks_into_the_session_folder(tmp_path):
     planner = params['/**/planner']['ros__parameters']
     # A planner restarted in the session resumes from its state file there.
     assert planner.pop('state_file') == str(folder / 'planner_state.json')
+    assert planner.pop('task') == bringup.DEFAULT_SIM_TASK
+    assert planner.pop('cameras') == ['front', 'wrist']  # the simulator's, fanned out
     assert planner == shipped['planner']['ros__parameters']
 
 

@@ -40,7 +40,7 @@ def test_lerobot_lang_composed_option_selects_the_composed_graph():
     parser = argparse.ArgumentParser()
     bringup.add_arguments('sim', parser)
     args = parser.parse_args(['--composed', '--no-viewer'])
-    names = [s.name for s in bringup._node_specs('sim', args, ())]
+    names = [s.name for s in bringup.plan('sim', args).specs]
     assert names == ['sim_bridge', graph.COMPOSED_NAME]
     plain = parser.parse_args([])
-    assert [s.name for s in bringup._node_specs('sim', plain, ())] == [s.name for s in graph.SIM]
+    assert [s.name for s in bringup.plan('sim', plain).specs] == [s.name for s in graph.SIM]

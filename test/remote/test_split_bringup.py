@@ -68,13 +68,16 @@ def test_policy_computer_runs_the_policy_on_compressed_images(plans):
     assert block['backend'] == 'lerobot' and 'image_transport' not in block
 
 
-@pytest.mark.parametrize('values, match', [
-    ({'without': 'sim_bridge'}, 'cannot run on another computer'),
-    ({'without': 'policy', 'composed': 'true'}, 'share one process'),
+@pytest.mark.parametrize('graph_name, values, match', [
+    ('sim', {'without': 'sim_bridge'}, 'cannot run on another computer'),
+    ('sim', {'without': 'policy', 'composed': 'true'}, 'share one process'),
+    # A first task given where the planner is not would be lost: say where it goes.
+    ('sim', {'without': 'policy,planner', 'task': 'stack'}, 'planner runs on the other'),
+    ('policy', {'task': 'stack'}, 'planner is not on this computer'),
 ])
-def test_refused_splits_say_why(values, match):
+def test_refused_splits_say_why(graph_name, values, match):
     with pytest.raises(ValueError, match=match):
-        graph.launch_plan('sim', values)
+        graph.plan(graph_name, values)
 
 
 def test_cli_policy_command_builds_the_same_plan():
@@ -83,10 +86,10 @@ def test_cli_policy_command_builds_the_same_plan():
     assert [s.name for s in specs] == ['planner', 'policy']
     assert params['policy']['ros__parameters']['image_transport'] == 'compressed'
     args = build_parser().parse_args(['sim', '--without', 'policy', '--jpeg-quality', '70'])
-    specs = graph.without(bringup._node_specs('sim', args, ()), args.without)
-    assert 'policy' not in [s.name for s in specs]
-    assert bringup.split_parameters('sim', args, specs, ()) == {
-        'sim_bridge': {'publish_compressed': True, 'jpeg_quality': 70}}
+    made = bringup.plan('sim', args)
+    assert 'policy' not in [s.name for s in made.specs]
+    bridge = made.params['sim_bridge']['ros__parameters']
+    assert bridge['publish_compressed'] is True and bridge['jpeg_quality'] == 70
 
 
 def test_each_side_gets_its_dds_profile_and_discovery_stays_local():

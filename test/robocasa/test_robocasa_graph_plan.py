@@ -89,8 +89,14 @@ def test_the_camera_list_is_the_simulator_s_for_every_node_of_either_starter(
     # `lerobot-lang sim` writes the same into its session's params.yaml.
     from lerobot_lang_nodes.cli import bringup
     from lerobot_lang_nodes.cli.main import build_parser
-    args = build_parser().parse_args(['sim', '--simulator', simulator])
-    params = bringup.sim_parameters('sim', args, graph.default_params_file(
-        bringup.graph_name('sim', args)))
+    args = build_parser().parse_args(['sim', '--simulator', simulator, '--record'])
+    params = bringup.plan('sim', args).params
     for node in ('planner', 'policy', 'viewer', 'recorder'):
         assert params[node]['ros__parameters']['cameras'] == views, node
+    if simulator == 'mujoco':
+        return
+    # Each kitchen episode brings its own task; a task given on the command line wins.
+    planner = params['planner']['ros__parameters']
+    assert planner['scene_task_topic'] == 'sim/task_description' and 'task' not in planner
+    args = build_parser().parse_args(['sim', '--simulator', simulator, '--task', 'open it'])
+    assert bringup.plan('sim', args).params['planner']['ros__parameters']['task'] == 'open it'

@@ -32,17 +32,26 @@ def _params(path: Path) -> dict:
     return yaml.safe_load(path.read_text())
 
 
-def test_no_model_option_leaves_the_parameters_file_alone():
-    params = graph.default_params_file('sim')
-    assert bringup.apply_overrides(params, bringup.model_overrides(_args('sim'))) == params
+def _shipped(node: str) -> dict:
+    return _params(graph.default_params_file('sim'))[node]['ros__parameters']
+
+
+def test_no_model_option_leaves_the_models_of_the_parameters_file_alone():
+    out = bringup.plan('sim', _args('sim')).params
+    for node in ('planner', 'policy'):
+        block = out[node]['ros__parameters']
+        assert block.items() >= _shipped(node).items(), node
+        for key in ('backend', 'model_path', 'device'):
+            assert block.get(key) == _shipped(node).get(key), (node, key)
+    # The first task is the planner's parameter, as task:= of sim.launch.py sets it.
+    assert out['planner']['ros__parameters']['task'] == bringup.DEFAULT_SIM_TASK
 
 
 def test_policy_and_planner_options_select_the_model_backends(tmp_path):
     gguf = tmp_path / 'lm' / 'model.gguf'
     args = _args('sim', '--policy-path', str(tmp_path / 'act'), '--planner-model', str(gguf),
                  '--device', 'cpu')
-    out = _params(bringup.apply_overrides(graph.default_params_file('sim'),
-                                          bringup.model_overrides(args)))
+    out = bringup.plan('sim', args).params
     policy, planner = out['policy']['ros__parameters'], out['planner']['ros__parameters']
     assert policy['backend'] == 'lerobot' and policy['model_path'] == str(tmp_path / 'act')
     assert planner['backend'] == 'transformers' and planner['direct_subtask'] is False
@@ -50,24 +59,28 @@ def test_policy_and_planner_options_select_the_model_backends(tmp_path):
     assert planner['model_path'] == str(gguf.parent) and planner['gguf_file'] == 'model.gguf'
     assert policy['device'] == planner['device'] == 'cpu'
     # Everything else of the shipped file is kept.
-    assert out['sim_bridge'] == _params(graph.default_params_file('sim'))['sim_bridge']
+    for node in ('sim_bridge', 'viewer'):
+        assert out[node]['ros__parameters'].items() >= _shipped(node).items(), node
 
 
 def test_hierarchical_option_composes_one_process_with_one_model(tmp_path):
     args = _args('sim', '--hierarchical', str(tmp_path / 'two_head'), '--no-viewer')
-    names = [s.name for s in bringup._node_specs('sim', args, ())]
-    assert names == ['sim_bridge', graph.COMPOSED_NAME]
-    over = bringup.model_overrides(args)
-    assert over['planner']['backend'] == over['policy']['backend'] == 'hierarchical'
-    assert over['planner']['model_path'] == over['policy']['model_path']
+    made = bringup.plan('sim', args)
+    assert [s.name for s in made.specs] == ['sim_bridge', graph.COMPOSED_NAME]
+    planner = made.params['planner']['ros__parameters']
+    policy = made.params['policy']['ros__parameters']
+    assert planner['backend'] == policy['backend'] == 'hierarchical'
+    assert planner['model_path'] == policy['model_path'] == str(tmp_path / 'two_head')
 
 
 @pytest.mark.parametrize('simulator, executor', [('mujoco', 'sim_bridge'),
                                                  ('robocasa', 'robocasa_bridge')])
 def test_dry_run_option_sets_the_executors_parameter(simulator, executor):
-    over = bringup.model_overrides(_args('sim', '--dry-run', '--simulator', simulator))
-    assert over[executor]['dry_run'] is True
-    assert 'dry_run' not in bringup.model_overrides(_args('sim')).get(executor, {})
+    def executor_params(*argv: str) -> dict:
+        made = bringup.plan('sim', _args('sim', '--simulator', simulator, *argv))
+        return made.params[executor]['ros__parameters']
+    assert executor_params('--dry-run')['dry_run'] is True
+    assert 'dry_run' not in executor_params()
 
 
 def test_real_command_line_policy_wins_over_a_robot_yaml_without_one(tmp_path):
@@ -76,19 +89,16 @@ def test_real_command_line_policy_wins_over_a_robot_yaml_without_one(tmp_path):
     robot = tmp_path / 'robot.yaml'
     robot.write_text(yaml.safe_dump({'port': '/dev/null', 'calibration': {'id': 'x'},
                                      'cameras': {'front': {'source': 'synthetic:square'}}}))
-    defaults = graph.default_params_file('real')
     with pytest.raises(real_config.RobotConfigError, match='no policy checkpoint'):
-        real_config.params_file_from_robot_yaml(robot, defaults)
-    args = _args('real', str(robot), '--policy-path', str(tmp_path / 'ckpt'))
-    out = _params(real_config.params_file_from_robot_yaml(
-        robot, defaults, overrides=bringup.model_overrides(args)))
+        bringup.plan('real', _args('real', str(robot)))
+    out = bringup.plan('real', _args('real', str(robot), '--policy-path',
+                                     str(tmp_path / 'ckpt'))).params
     assert out['policy']['ros__parameters']['model_path'] == str(tmp_path / 'ckpt')
     # No planner model: the task conditions the policy directly.
     assert out['planner']['ros__parameters']['direct_subtask'] is True
     assert 'dry_run' not in out['so101_driver']['ros__parameters']
-    args = _args('real', str(robot), '--policy-path', str(tmp_path / 'ckpt'), '--dry-run')
-    out = _params(real_config.params_file_from_robot_yaml(
-        robot, defaults, overrides=bringup.model_overrides(args, 'real')))
+    out = bringup.plan('real', _args('real', str(robot), '--policy-path',
+                                     str(tmp_path / 'ckpt'), '--dry-run')).params
     assert out['so101_driver']['ros__parameters']['dry_run'] is True
 
 

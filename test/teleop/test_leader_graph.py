@@ -4,8 +4,10 @@ arm, through the one graph plan (launch files) and the command line alike."""
 from __future__ import annotations
 
 import argparse
+import json
 
 import pytest
+import yaml
 
 from lerobot_lang_nodes import graph
 from lerobot_lang_nodes.cli import bringup
@@ -42,14 +44,21 @@ def test_no_leader_port_no_leader():
         plan.params_file.unlink()
 
 
-def test_the_command_line_starts_the_leader():
+def test_the_command_line_starts_the_leader(tmp_path):
+    (tmp_path / 'ckpt').mkdir()
+    (tmp_path / 'ckpt' / 'config.json').write_text(json.dumps({'type': 'act'}))
+    robot = tmp_path / 'robot.yaml'
+    robot.write_text(yaml.safe_dump({'port': '/dev/null', 'calibration': {'id': 'x'},
+                                     'cameras': {'front': {'source': 'synthetic:square'}},
+                                     'policy': {'path': str(tmp_path / 'ckpt')}}))
     for command in ('sim', 'real'):
         parser = argparse.ArgumentParser()
         bringup.add_arguments(command, parser)
-        argv = (['robot.yaml'] if command == 'real' else []) + [
+        argv = ([str(robot)] if command == 'real' else []) + [
             '--leader-port', '/dev/ttyACM1', '--leader-calibration', 'my_leader', '--no-viewer']
-        args = parser.parse_args(argv)
-        specs = bringup._node_specs(command, args, ())
-        assert 'so101_leader' in [s.name for s in specs]
-    args = parser.parse_args(['robot.yaml', '--no-viewer'])
-    assert 'so101_leader' not in [s.name for s in bringup._node_specs('real', args, ())]
+        made = bringup.plan(command, parser.parse_args(argv))
+        assert 'so101_leader' in [s.name for s in made.specs]
+        leader = made.params['so101_leader']['ros__parameters']
+        assert leader['port'] == '/dev/ttyACM1' and leader['calibration_id'] == 'my_leader'
+    args = parser.parse_args([str(robot), '--no-viewer'])
+    assert 'so101_leader' not in [s.name for s in bringup.plan('real', args).specs]

@@ -199,7 +199,7 @@ def test_the_sim_graph_starts_the_operator_on_request_only():
         graph.launch_plan('sim', {'simulator': 'standin', 'virtual_operator': 'true'})
     parser = argparse.ArgumentParser()
     bringup.add_arguments('sim', parser)
-    specs = bringup._node_specs('sim', parser.parse_args(['--virtual-operator']), ())
+    specs = bringup.plan('sim', parser.parse_args(['--virtual-operator'])).specs
     assert [s.name for s in specs][-1] == 'virtual_operator'
-    assert 'virtual_operator' not in [s.name for s in bringup._node_specs(
-        'sim', parser.parse_args([]), ())]
+    assert 'virtual_operator' not in [s.name for s in bringup.plan(
+        'sim', parser.parse_args([])).specs]
