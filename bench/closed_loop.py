@@ -1396,6 +1396,8 @@ def main(argv: list[str] | None = None) -> int:
     timings.setdefault('stages', {})
     if args.stage in ('all', 'collect'):
         timings = {'stages': {}}
+        # New data: an earlier run's DAgger rounds must not reach this run's report.
+        (args.work / 'dagger.json').unlink(missing_ok=True)
     settings = timings.get('settings')
     if not isinstance(settings, dict) or not set(settings) <= set(STAGE_SETTINGS):
         settings = timings['settings'] = {}
