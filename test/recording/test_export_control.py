@@ -285,8 +285,11 @@ def test_record_episodes_marks_what_the_export_cuts(launch_node, probe, tmp_path
     episodes = _episodes(result.root)
     summary = [(e[0]['outcome'], len(e)) for e in episodes]
     assert [o for o, _ in summary] == ['success', 'unlabelled'], (summary, output)
+    # 1.6 s at 15 fps = 24 frames. This test's own camera loop runs beside the recorder and
+    # the CLI on shared cores: a CI run under load lost 3 at an episode's end (21), so the
+    # bound allows 0.25 s either way; the cut itself is checked exactly above by its labels.
     for _o, n in summary:
-        assert 22 <= n <= 26, (summary, output)  # 1.6 s at 15 fps, give or take a frame or two
+        assert 20 <= n <= 28, (summary, output)
     from lerobot.datasets.lerobot_dataset import LeRobotDataset
     ds = LeRobotDataset('test/record_episodes', root=result.root, video_backend='pyav')
     assert ds[0]['task'] == 'put the red cube in the bowl'
