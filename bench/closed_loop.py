@@ -583,8 +583,9 @@ def config_overrides(name: str, work: Path, trained: dict[str, Any],
         out += [('planner', 'backend', 'transformers'),
                 ('planner', 'model_path', str((work / trained['planner']['path']).resolve())),
                 ('planner', 'direct_subtask', False),
-                ('planner', 'image_cameras', list(p['image_cameras'])),
-                ('planner', 'image_size', int(p['image_size'])),
+                ('planner', 'transformers.image_cameras',
+                 list(p['transformers.image_cameras'])),
+                ('planner', 'transformers.image_size', int(p['transformers.image_size'])),
                 ('planner', 'prompts_file', str((work / trained['planner']['path']
                                                  / 'prompts.yaml').resolve())),
                 ('planner', 'subtask_confirmations', confirmations),
@@ -1202,7 +1203,8 @@ def report(args: argparse.Namespace) -> dict[str, Any]:
         'dataset': {k: exported[k] for k in ('frames', 'episodes', 'minutes', 'mb', 'wall_s')},
         'training': {'policy': trained['policy'], 'planner': {
             **{k: v for k, v in trained['planner'].items() if k != 'planner_parameters'},
-            'image_cameras': trained['planner']['planner_parameters']['image_cameras']},
+            'image_cameras':
+                trained['planner']['planner_parameters']['transformers.image_cameras']},
             'curve': trained.get('curve', [])},
         'deploy': {name: {k: c[k] for k in ('n', 'successes', 'success_rate', 'median_sim_s',
                                             'chunks', 'subtask_changes', 'latency',

@@ -31,7 +31,6 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 from bench.harness import write_report
@@ -83,9 +82,11 @@ def planner_child(model_path: str, gguf_file: str, text_only: bool, repeats: int
     from lerobot_lang_nodes.backends.planners.transformers_planner import TransformersPlanner
     from lerobot_lang_nodes.tiny_models import vlm
     base = rss_mb()
-    cfg = SimpleNamespace(model_path=model_path, gguf_file=gguf_file, device='cpu',
-                          dtype='float32', max_new_tokens=48, image_cameras=('front',),
-                          image_size=0, model_kind='text' if text_only else 'auto')
+    from lerobot_lang_nodes.backends.planners.transformers_planner import TransformersConfig
+    from lerobot_lang_nodes.nodes.planner_node import PlannerConfig
+    cfg = PlannerConfig(model_path=model_path, device='cpu', dtype='float32',
+                        transformers=TransformersConfig(
+                            gguf_file=gguf_file, model_kind='text' if text_only else 'auto'))
     t0 = time.perf_counter()
     planner = TransformersPlanner(cfg)
     load_s = time.perf_counter() - t0
@@ -128,9 +129,11 @@ def policy_child(kind: str, chunk: int, tmp: str, repeats: int) -> dict:
         horizon = 4 * ((chunk + 1 + 3) // 4)
         policies.build_tiny_diffusion(path, horizon=horizon, n_action_steps=chunk)
     base = rss_mb()
-    cfg = SimpleNamespace(model_path=str(path), device='cpu', dtype='float32',
-                          cameras=policies.CAMERAS, camera_map=(), state_units='degrees',
-                          calibration_id='', calibration_path='', chunk_horizon=chunk)
+    from lerobot_lang_nodes.backends.policies.lerobot_policy import LeRobotConfig
+    from lerobot_lang_nodes.nodes.policy_node import PolicyConfig
+    cfg = PolicyConfig(model_path=str(path), device='cpu', dtype='float32',
+                       cameras=policies.CAMERAS, chunk_horizon=chunk,
+                       lerobot=LeRobotConfig(camera_map=()))
     t0 = time.perf_counter()
     backend = LeRobotPolicy(cfg)
     load_s = time.perf_counter() - t0

@@ -29,7 +29,6 @@ import statistics
 import sys
 import time
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 os.environ.setdefault('MUJOCO_GL', 'egl')
@@ -57,10 +56,13 @@ class CheckpointActor:
     """The `lerobot` policy backend behind ScriptedExpert's ``act`` / ``reset``."""
 
     def __init__(self, path: str, scene: So101Scene) -> None:
-        from lerobot_lang_nodes.backends.policies.lerobot_policy import LeRobotPolicy
+        from lerobot_lang_nodes.backends.policies.lerobot_policy import (LeRobotConfig,
+                                                                         LeRobotPolicy)
+        from lerobot_lang_nodes.nodes.policy_node import PolicyConfig
         self.scene = scene
-        self.policy = LeRobotPolicy(SimpleNamespace(
-            model_path=path, cameras=CAMERAS, camera_map=(), device='cpu', dtype='auto'))
+        self.policy = LeRobotPolicy(PolicyConfig(
+            model_path=path, cameras=CAMERAS, device='cpu', dtype='auto',
+            lerobot=LeRobotConfig(camera_map=())))
         # The backend's columns are its action order; the scene takes JOINT_NAMES order.
         self.columns = [list(self.policy.action_names).index(j) for j in JOINT_NAMES]
         self.latencies: list[float] = []

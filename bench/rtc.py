@@ -17,10 +17,11 @@ below is the scripted expert's.)
 
 For each added latency (``policy.added_latency_s``: the observation ages while the policy
 waits, as with a slower model) the sim graph runs twice for ``--sim-seconds`` of sim time,
-side by side in one run: ``policy.rtc=true`` (LeRobot's guidance; the new chunk stamped where
-it joins) and ``policy.rtc=false``. From sim_bridge's dispatch log (the actions applied, in
-order): every step between consecutive actions is a within-chunk step (same chunk) or a seam
-(the first action of a new chunk after the last one played of the old); the report gives the
+side by side in one run: ``policy.lerobot.rtc=true`` (LeRobot's guidance; the new chunk
+stamped where it joins) and ``policy.lerobot.rtc=false``. From sim_bridge's dispatch log (the
+actions applied, in order): every step between consecutive actions is a within-chunk step
+(same chunk) or a seam (the first action of a new chunk after the last one played of the
+old); the report gives the
 largest joint change of each, median and p90, and the ratio seam / within-chunk (target with
 RTC: at most 1.5 at every latency), plus the starved ticks. ``--task-time`` adds
 bench/task_time.py at the same latencies (the expert as policy, time per task against the
@@ -143,7 +144,7 @@ def graph_run(checkpoint: str, latency: float, rtc: str, sim_seconds: float,
            str(sim_seconds + SETTLE_S), '--no-cycle', '--keep-logs', '--out', str(out),
            '--name', name,
            '--param', 'policy.backend=lerobot', '--param', f'policy.model_path={checkpoint}',
-           '--param', 'policy.condition_on=task', '--param', f'policy.rtc={rtc}',
+           '--param', 'policy.condition_on=task', '--param', f'policy.lerobot.rtc={rtc}',
            '--param', f'policy.added_latency_s={latency}',
            # Refill with 3/4 of the chunk left: the next inference starts early enough at
            # every latency (at 1.0 s the queue is below it when a chunk lands, so inference

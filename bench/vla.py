@@ -40,7 +40,6 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 from bench.harness import write_report
@@ -79,9 +78,10 @@ def policy_child(path: str, threads: int, repeats: int) -> dict:
     from lerobot_lang_nodes.tiny_models import policies, vla
     torch.set_num_threads(threads)
     base = rss_mb()
-    cfg = SimpleNamespace(model_path=path, device='cpu', dtype='float32',
-                          cameras=policies.CAMERAS, camera_map=(), state_units='degrees',
-                          calibration_id='', calibration_path='')
+    from lerobot_lang_nodes.backends.policies.lerobot_policy import LeRobotConfig
+    from lerobot_lang_nodes.nodes.policy_node import PolicyConfig
+    cfg = PolicyConfig(model_path=path, device='cpu', dtype='float32',
+                       cameras=policies.CAMERAS, lerobot=LeRobotConfig(camera_map=()))
     t0 = time.perf_counter()
     backend = LeRobotPolicy(cfg)
     load_s = time.perf_counter() - t0

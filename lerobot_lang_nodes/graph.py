@@ -9,6 +9,7 @@ from pathlib import Path
 import yaml
 
 from lerobot_lang_nodes import paths
+from lerobot_lang_nodes.core.param_names import dotted
 
 
 @dataclass(frozen=True)
@@ -219,7 +220,9 @@ def namespaced(params: dict) -> dict:
 
 
 def plain_keys(params: dict) -> dict:
-    """The inverse of namespaced(): `/**/planner` and `/planner` -> `planner` (`/**` stays)."""
+    """The inverse of namespaced(): `/**/planner` and `/planner` -> `planner` (`/**` stays);
+    a parameter group written as a nested mapping (`lerobot: {state_units: raw}`) becomes
+    its dotted names (`lerobot.state_units`), as rcl reads it, so one form is merged."""
     out: dict = {}
     for key, block in params.items():
         name = str(key)
@@ -227,6 +230,8 @@ def plain_keys(params: dict) -> dict:
             if name.startswith(prefix) and name != '/**' and '/' not in name[len(prefix):]:
                 name = name[len(prefix):]
                 break
+        if isinstance(block, dict) and isinstance(block.get('ros__parameters'), dict):
+            block = {**block, 'ros__parameters': dotted(block['ros__parameters'])}
         out[name] = block
     return out
 
@@ -353,7 +358,7 @@ def model_overrides(policy_path: str = '', policy_backend: str = '', planner_mod
         model = Path(planner_model).expanduser().resolve()
         planner: dict[str, object] = {'backend': 'transformers', 'direct_subtask': False}
         if model.suffix == '.gguf':
-            planner.update(model_path=str(model.parent), gguf_file=model.name)
+            planner.update({'model_path': str(model.parent), 'transformers.gguf_file': model.name})
         else:
             planner['model_path'] = str(model)
         out.setdefault('planner', {}).update(planner)
@@ -419,7 +424,7 @@ def _real_robot_overrides(values: dict[str, str]) -> dict[str, dict[str, object]
                                  'give seconds / radians, e.g. 0.35') from None
     out: dict[str, dict[str, object]] = {'so101_driver': drv} if drv else {}
     if 'calibration_id' in drv:  # the policy converts units with the driver's calibration
-        out['policy'] = {k: drv[k] for k in ('calibration_id', 'calibration_path')}
+        out['policy'] = {f'lerobot.{k}': drv[k] for k in ('calibration_id', 'calibration_path')}
     return out
 
 
@@ -615,8 +620,8 @@ def _policy_plan(v: dict[str, str], overrides: dict[str, dict[str, object]]) -> 
     if cal:
         is_path = '/' in cal or cal.endswith('.json')
         overrides = _merge(overrides, {'policy': {
-            'calibration_path' if is_path else 'calibration_id': cal,
-            'calibration_id' if is_path else 'calibration_path': ''}})
+            'lerobot.calibration_path' if is_path else 'lerobot.calibration_id': cal,
+            'lerobot.calibration_id' if is_path else 'lerobot.calibration_path': ''}})
     if compressed_images(v['compressed_images'], split=True):
         overrides = _merge(overrides, compression_parameters(POLICY_GRAPH, (), True))
     names = ('planner', 'policy') if _truthy(v['planner']) else ('policy',)

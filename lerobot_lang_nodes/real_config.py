@@ -12,6 +12,7 @@ from typing import Any
 import yaml
 
 from lerobot_lang_nodes.core import camera_info
+from lerobot_lang_nodes.core.param_names import dotted
 from lerobot_lang_nodes.so101.calibration import JOINT_NAMES
 
 TOP_KEYS = ('port', 'calibration', 'cameras', 'safety', 'policy', 'planner')
@@ -20,12 +21,13 @@ CAMERA_KEYS = ('source', 'width', 'height', 'fps', 'fourcc', 'publish_compressed
 SAFETY_KEYS = ('max_relative_target_rad', 'command_timeout_s')
 # Robot YAML `policy:` key -> policy node parameter (the `lerobot` backend's settings).
 POLICY_KEYS = {'path': 'model_path', 'device': 'device', 'dtype': 'dtype',
-               'camera_map': 'camera_map', 'state_units': 'state_units',
+               'camera_map': 'lerobot.camera_map', 'state_units': 'lerobot.state_units',
                'condition_on': 'condition_on'}
 # Robot YAML `planner:` key -> planner node parameter (the `transformers` backend's settings).
-PLANNER_KEYS = {'path': 'model_path', 'gguf_file': 'gguf_file', 'device': 'device',
-                'dtype': 'dtype', 'model_kind': 'model_kind', 'image_cameras': 'image_cameras',
-                'max_new_tokens': 'max_new_tokens', 'candidates': 'candidates',
+PLANNER_KEYS = {'path': 'model_path', 'gguf_file': 'transformers.gguf_file',
+                'device': 'device', 'dtype': 'dtype', 'model_kind': 'transformers.model_kind',
+                'image_cameras': 'transformers.image_cameras',
+                'max_new_tokens': 'max_new_tokens', 'candidates': 'transformers.candidates',
                 'prompts_file': 'prompts_file'}
 _NAME = re.compile(r'^[a-z][a-z0-9_]*$')  # a ROS name token: also the topic cameras/<name>/
 
@@ -289,8 +291,8 @@ def merged_parameters(robot: dict[str, Any], defaults: dict[str, Any]) -> dict[s
     for key, value in robot.get('policy', {}).items():
         pol[POLICY_KEYS[key]] = value
     # The policy converts joint states to the checkpoint's units with the driver's calibration.
-    pol['calibration_id'] = drv['calibration_id']
-    pol['calibration_path'] = drv['calibration_path']
+    pol['lerobot.calibration_id'] = drv['calibration_id']
+    pol['lerobot.calibration_path'] = drv['calibration_path']
     plan = out.setdefault('planner', {'ros__parameters': {}})['ros__parameters']
     if robot.get('planner'):
         # A vision-language model generates subtasks from the task and the cameras.
@@ -317,6 +319,8 @@ def robot_parameters(robot: dict[str, Any], default_params_file: Path,
     names ``source`` and the defaults file. ``elsewhere``: nodes another computer runs
     (policy, planner), whose models are checked there, not here."""
     defaults = yaml.safe_load(Path(default_params_file).read_text(encoding='utf-8')) or {}
+    defaults = {node: {**block, 'ros__parameters': dotted(block.get('ros__parameters') or {})}
+                if isinstance(block, dict) else block for node, block in defaults.items()}
     merged = merged_parameters(robot, defaults)
     for node, values in (overrides or {}).items():
         merged.setdefault(node, {}).setdefault('ros__parameters', {}).update(values)

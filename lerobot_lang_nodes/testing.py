@@ -117,6 +117,26 @@ def with_cycle_fault(node_class: type, fault: Callable[[Any], None]) -> type:
     return WithCycleFault
 
 
+def policy_config(**values: Any) -> Any:
+    """The policy node's config with ``values`` set by parameter name; a group's parameter
+    may also go by its own name (``camera_map`` for ``lerobot.camera_map``): how tests and
+    benchmarks give a backend the configuration the node would."""
+    from lerobot_lang_nodes.nodes.policy_node import PolicyConfig
+    return _config(PolicyConfig, values)
+
+
+def planner_config(**values: Any) -> Any:
+    """The planner node's config with ``values`` set, as ``policy_config``."""
+    from lerobot_lang_nodes.nodes.planner_node import PlannerConfig
+    return _config(PlannerConfig, values)
+
+
+def _config(cls: type, values: dict[str, Any]) -> Any:
+    from lerobot_lang_nodes.nodes.params import describe, with_values
+    full = {row['name'].rsplit('.', 1)[-1]: row['name'] for row in describe(cls)}
+    return with_values(cls(), {full.get(k, k): v for k, v in values.items()})
+
+
 def format_param(value: Any) -> str:
     """Render a Python value as a `-p name:=value` literal (YAML)."""
     if isinstance(value, bool):

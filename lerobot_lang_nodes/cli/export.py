@@ -13,7 +13,6 @@ run offline over the recorded frames (recording/annotate.py) instead of the reco
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import logging
 import sys
 
@@ -93,25 +92,26 @@ def add_annotate_arguments(p: argparse.ArgumentParser) -> None:
 
 def annotate_options(args: argparse.Namespace) -> AnnotateOptions:
     """The planner node's parameters (their defaults are its), with the ones given here."""
+    from lerobot_lang_nodes.nodes.params import config_defaults, with_values
     from lerobot_lang_nodes.nodes.planner_node import PlannerConfig
     changes: dict = {'backend': args.planner_backend, 'model_path': args.planner_model,
                      'revision_wait_s': 0.0}
     if args.planner_cameras:
         cams = tuple(c for c in args.planner_cameras.split(',') if c)
-        changes.update(image_cameras=cams, cameras=cams)
+        changes.update({'transformers.image_cameras': cams, 'cameras': cams})
     if args.planner_device:
         changes['device'] = args.planner_device
-    fields = {f.name: f for f in dataclasses.fields(PlannerConfig)}
+    defaults = config_defaults(PlannerConfig)
     for item in args.planner_param:
         key, sep, raw = item.partition('=')
         key = key.strip()
-        if not sep or key not in fields:
+        if not sep or key not in defaults:
             raise ValueError(f'--planner-param {item!r}: expected NAME=VALUE with NAME one of '
-                             f'the planner\'s parameters {sorted(fields)}')
-        changes[key] = _param_value(fields[key].default, raw, key)
+                             f'the planner\'s parameters {sorted(defaults)}')
+        changes[key] = _param_value(defaults[key], raw, key)
     try:
-        planner = dataclasses.replace(PlannerConfig(), **changes)
-    except TypeError as exc:
+        planner = with_values(PlannerConfig(), changes)
+    except (TypeError, ValueError) as exc:
         raise ValueError(str(exc)) from exc
     return AnnotateOptions(backend=args.planner_backend, planner=planner, rate_hz=args.rate,
                            task=args.task)

@@ -128,9 +128,9 @@ def _run_planner(args: argparse.Namespace) -> int:
           f"frames of {summary['episodes']} episode(s) in {summary['wall_s']:.1f} s: loss "
           f"{summary['loss_start']:.4f} -> {summary['loss_end']:.4f}; "
           f"{summary['exact_matches']}/{summary['checked']} subtasks answered exactly. Model "
-          f"{summary['output_dir']}; run the planner with image_cameras "
-          f"{params['image_cameras']}, image_size {params['image_size']}, prompts_file "
-          f"{params['prompts_file']}")
+          f"{summary['output_dir']}; run the planner with transformers.image_cameras "
+          f"{params['transformers.image_cameras']}, transformers.image_size "
+          f"{params['transformers.image_size']}, prompts_file {params['prompts_file']}")
     return 0
 
 

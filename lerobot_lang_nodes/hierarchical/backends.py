@@ -40,9 +40,8 @@ def _image_of(messages: list[dict]) -> tuple[Any, str]:
 
 
 def _acquire(cfg: Any, user: str) -> loading.SharedModel:
-    return loading.acquire(str(getattr(cfg, 'model_path', '')),
-                           str(getattr(cfg, 'device', 'auto') or 'auto'),
-                           str(getattr(cfg, 'dtype', 'auto') or 'auto'), user=user)
+    return loading.acquire(str(cfg.model_path), str(cfg.device or 'auto'),
+                           str(cfg.dtype or 'auto'), user=user)
 
 
 class HierarchicalPlanner:
@@ -53,10 +52,10 @@ class HierarchicalPlanner:
         self.adapter = self._model.adapter
         # The planner is the text head's one user, so its decoding settings are the adapter's.
         self.adapter.gen = GenerationSettings(
-            max_new_tokens=int(getattr(cfg, 'max_new_tokens', 0) or 0),
-            min_new_tokens=int(getattr(cfg, 'min_new_tokens', 0)),
-            temperature=float(getattr(cfg, 'temperature', 0.0)),
-            top_p=float(getattr(cfg, 'top_p', 1.0)))
+            max_new_tokens=int(cfg.max_new_tokens),
+            min_new_tokens=int(cfg.min_new_tokens),
+            temperature=float(cfg.temperature),
+            top_p=float(cfg.top_p))
 
     @property
     def shared_model(self) -> loading.SharedModel:
@@ -107,11 +106,11 @@ class HierarchicalPolicy:
         if self.adapter.joint_units == 'lerobot':
             from lerobot_lang_nodes.backends.policies.lerobot_policy import (
                 PolicyLoadError, StateUnits, arm_calibration, joint_order)
-            state_units = str(getattr(cfg, 'state_units', 'degrees'))
+            state_units = str(cfg.lerobot.state_units)
             if state_units == 'raw':
                 raise PolicyLoadError('state_units raw is for the lerobot backend; the '
                                       'hierarchical backend runs SO-101 checkpoints')
-            calibration, zero = arm_calibration(cfg)
+            calibration, zero = arm_calibration(cfg.lerobot)
             self._units = StateUnits(calibration, state_units, joint_order(self.action_names),
                                      zero)
 

@@ -62,18 +62,15 @@ def _rules(meta: Any) -> str:
 
 
 def table(cls: type) -> str:
-    import dataclasses
     import typing
     from lerobot_lang_nodes.nodes.params import describe
-    meta = {f.name: f.metadata for f in dataclasses.fields(cls)}
-    hints = typing.get_type_hints(cls)
     lines = ['| parameter | type | default | rules | meaning |', '|---|---|---|---|---|']
     for row in describe(cls):
-        hint = hints[row['name']]
+        hint = row['hint']
         kind = (f'{typing.get_args(hint)[0].__name__}[]' if typing.get_origin(hint)
                 in (list, tuple) else hint.__name__)
         lines.append(f"| `{row['name']}` | {kind} | {_cell(_default(row['default']))} | "
-                     f"{_cell(_rules(meta[row['name']]))} | {_cell(row['doc'])} |")
+                     f"{_cell(_rules(row['meta']))} | {_cell(row['doc'])} |")
     return '\n'.join(lines)
 
 

@@ -7,6 +7,10 @@ configuration once, so `ros2 param set` on anything else is refused instead of s
 changing nothing. ``declare_config`` declares every field with a descriptor and
 returns a validated instance; a parameter given on the command line or in a YAML that the node
 does not know is an error that names the known parameters, instead of being silently ignored.
+
+A field whose type is itself a config dataclass is a parameter group: its fields are declared
+under ``<field>.`` (``transformers.image_size``; in a params file, a nested mapping under the
+group's name). A backend owns its group's dataclass, so its parameters have one owner.
 """
 
 from __future__ import annotations
@@ -51,16 +55,47 @@ def _ros_type(annotation: Any) -> tuple[int, Any]:
     return _TYPES[annotation], annotation
 
 
-def describe(cls: type) -> list[dict[str, Any]]:
-    """Rows (name, type, default, doc) for documentation tables."""
+def is_group(annotation: Any) -> bool:
+    """A field annotated with a config dataclass: a parameter group (``group.name``)."""
+    return isinstance(annotation, type) and dataclasses.is_dataclass(annotation)
+
+
+def describe(cls: type, prefix: str = '') -> list[dict[str, Any]]:
+    """Rows (name, type, hint, default, doc, meta) for documentation tables, every group's
+    parameters under their dotted names."""
     hints = typing.get_type_hints(cls)
     rows = []
     for f in dataclasses.fields(cls):
-        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
         hint = hints[f.name]
-        rows.append({'name': f.name, 'type': getattr(hint, '__name__', str(hint)),
-                     'default': default, 'doc': f.metadata.get('doc', '')})
+        if is_group(hint):
+            rows += describe(hint, f'{prefix}{f.name}.')
+            continue
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+        rows.append({'name': prefix + f.name, 'type': getattr(hint, '__name__', str(hint)),
+                     'hint': hint, 'default': default, 'doc': f.metadata.get('doc', ''),
+                     'meta': f.metadata})
     return rows
+
+
+def with_values(config: C, values: dict[str, Any]) -> C:
+    """``config`` with parameters replaced by their ROS names (``transformers.image_size``
+    replaces a field of the ``transformers`` group). Raises ParameterError for a name the
+    config does not have."""
+    hints = typing.get_type_hints(type(config))
+    top: dict[str, Any] = {}
+    groups: dict[str, dict[str, Any]] = {}
+    for name, value in values.items():
+        head, dot, rest = name.partition('.')
+        if head not in hints or bool(dot) != is_group(hints[head]):
+            known = [row['name'] for row in describe(type(config))]
+            raise ParameterError(f'no parameter {name!r}; known: {known}')
+        if dot:
+            groups.setdefault(head, {})[rest] = value
+        else:
+            top[name] = value
+    for head, group_values in groups.items():
+        top[head] = with_values(getattr(config, head), group_values)
+    return dataclasses.replace(config, **top)
 
 
 def config_defaults(cls: type) -> dict[str, Any]:
@@ -78,6 +113,9 @@ def declare_config(node: Any, cls: type[C], *, prefix: str = '') -> C:
     values: dict[str, Any] = {}
     for f in dataclasses.fields(cls):
         meta = f.metadata
+        if is_group(hints[f.name]):
+            values[f.name] = declare_config(node, hints[f.name], prefix=f'{prefix}{f.name}.')
+            continue
         ros_type, elem = _ros_type(hints[f.name])
         default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
         desc = ParameterDescriptor(name=prefix + f.name, type=ros_type,
@@ -119,6 +157,15 @@ def declare_config(node: Any, cls: type[C], *, prefix: str = '') -> C:
 RETIRED = {
     'ctrl_hz': 'the control rate belongs to the chunk executor (sim_bridge or so101_driver '
                'ctrl_hz); other nodes read it from runtime_status (control_period_s)',
+    **{name: f'the planner\'s is transformers.{name} now (the transformers backend\'s group; '
+             f'in a params file `transformers: {{{name}: ...}}`)'
+       for name in ('model_kind', 'gguf_file', 'image_cameras', 'image_size',
+                    'generation_timeout_s', 'candidates', 'candidates_file')},
+    **{name: f'the policy\'s is lerobot.{name} now (the LeRobot checkpoints\' group; in a '
+             f'params file `lerobot: {{{name}: ...}}`)'
+       for name in ('camera_map', 'state_units', 'state_names', 'action_names', 'robot_type',
+                    'calibration_id', 'calibration_path', 'rtc', 'rtc_execution_horizon',
+                    'rtc_max_guidance_weight', 'rtc_schedule')},
 }
 
 

@@ -32,6 +32,7 @@ from lerobot_lang_msgs.msg import ActionChunk, LanguageContext, RuntimeStatus, T
 from lerobot_lang_msgs.srv import AskVqa
 from lerobot_lang_nodes import paths
 from lerobot_lang_nodes.core.images import SO101_CAMERAS
+from lerobot_lang_nodes.backends.planners.transformers_planner import TransformersConfig
 from lerobot_lang_nodes.backends.registry import known, load_backend
 from lerobot_lang_nodes.core import planner_state, prompts
 from lerobot_lang_nodes.core.high_level import HighLevelConfig, HighLevelPlanner
@@ -57,45 +58,20 @@ class PlannerConfig:
         'doc': 'Checkpoint directory or file for model backends (`transformers`: a directory '
                'with config.json, weights and tokenizer/processor, a .gguf file, or a hub id '
                'when online); unused by `scripted`.'})
-    model_kind: str = field(default='auto', metadata={
-        'doc': 'transformers: vlm (AutoModelForImageTextToText + AutoProcessor), text '
-               '(AutoModelForCausalLM + AutoTokenizer), or auto (from config.json model_type; '
-               'GGUF files are text).', 'choices': ('auto', 'vlm', 'text')})
-    gguf_file: str = field(default='', metadata={
-        'doc': 'transformers: GGUF file name inside model_path (or give the .gguf path as '
-               'model_path); empty = not GGUF.'})
     device: str = field(default='auto', metadata={
-        'doc': 'transformers: cpu, cuda, cuda:N, or auto (cuda when available).'})
+        'doc': 'Model backends (transformers, hierarchical): cpu, cuda, cuda:N, or auto (cuda '
+               'when available).'})
     dtype: str = field(default='auto', metadata={
-        'doc': 'transformers: weight dtype; auto = bfloat16 on a GPU that supports it, else '
+        'doc': 'Model backends: weight dtype; auto = bfloat16 on a GPU that supports it, else '
                'float32.', 'choices': ('auto', 'float32', 'bfloat16', 'float16')})
-    image_cameras: tuple[str, ...] = field(default=('front',), metadata={
-        'doc': 'transformers (vision-language): cameras whose latest frame goes into the '
-               'subtask and interjection prompts (VQA uses the camera asked about); each must '
-               'be in `cameras`; empty = text-only prompts.'})
-    image_size: int = field(default=0, metadata={
-        'doc': 'transformers: resize frames to image_size x image_size pixels before the '
-               'processor; 0 keeps the frame size (the processor still resizes as the model '
-               'needs).', 'range': (0, 4096)})
     max_new_tokens: int = field(default=48, metadata={
-        'doc': 'transformers: generation: maximum new tokens per text.', 'range': (1, 4096)})
-    generation_timeout_s: float = field(default=30.0, metadata={
-        'doc': 'transformers: stop a generation after this long (generate(max_time=...)); it '
-               'counts as a timeout and a failure, the previous text stays. 0 disables.',
-        'range': (0.0, 3600.0)})
+        'doc': 'Model backends: generation: maximum new tokens per text.', 'range': (1, 4096)})
     system_prompt: str = field(default='', metadata={
         'doc': 'System turn prepended to every prompt by model backends; empty = the one in '
                'prompts_file (itself empty = no system turn).'})
     prompts_file: str = field(default='', metadata={
         'doc': 'YAML with the system prompt and prompt templates (e.g. the plan line of the '
                'subtask prompt); empty = config/prompts.yaml of this package.'})
-    candidates: tuple[str, ...] = field(default=(), metadata={
-        'doc': 'transformers constrained mode: allowed subtasks (e.g. the skills the policy '
-               'was trained on); the subtask is the candidate the model scores highest instead '
-               'of free text. Empty (and no candidates_file) = free generation.'})
-    candidates_file: str = field(default='', metadata={
-        'doc': 'transformers constrained mode: a text file with one more candidate per line '
-               '(# comments allowed); empty = none.'})
     diagnostics_period_s: float = field(default=1.0, metadata={
         'doc': 'Period of the planner status on /diagnostics.', 'range': (0.05, 60.0)})
     chunks_per_regen: int = field(default=1, metadata={
@@ -128,6 +104,8 @@ class PlannerConfig:
         'doc': 'Generation nucleus sampling mass; 1 disables.', 'range': (0.0, 1.0)})
     cameras: tuple[str, ...] = field(default=SO101_CAMERAS, metadata={
         'doc': 'Cameras whose latest frame the planner keeps for generation and VQA.'})
+    transformers: TransformersConfig = field(default_factory=TransformersConfig, metadata={
+        'doc': 'The transformers backend\'s parameters (transformers.*).'})
     default_camera: str = field(default='front', metadata={
         'doc': 'Camera used by VQA when the request names none.'})
     image_topic_pattern: str = field(default='cameras/{name}/image_raw', metadata={
@@ -171,11 +149,12 @@ class PlannerConfig:
                'revision then still never goes backwards: it continues past the executor\'s.'})
 
     def __post_init__(self) -> None:
-        missing = [c for c in self.image_cameras if c not in self.cameras]
+        image_cameras = self.transformers.image_cameras
+        missing = [c for c in image_cameras if c not in self.cameras]
         if missing:
-            raise ValueError(f'image_cameras {list(self.image_cameras)} names {missing}, which '
-                             f'are not in cameras {list(self.cameras)}; the planner keeps frames '
-                             'only of `cameras`: add them there or remove them here')
+            raise ValueError(f'transformers.image_cameras {list(image_cameras)} names {missing}, '
+                             f'which are not in cameras {list(self.cameras)}; the planner keeps '
+                             'frames only of `cameras`: add them there or remove them here')
 
 
 class PlannerNode(Node):
@@ -228,7 +207,8 @@ class PlannerNode(Node):
         self.session = PlannerSession(
             self.planner, self.generator,
             SessionConfig(backend=self.cfg.backend, model_path=self.cfg.model_path,
-                          regen_on=self.cfg.regen_on, image_cameras=self.cfg.image_cameras,
+                          regen_on=self.cfg.regen_on,
+                          image_cameras=self.cfg.transformers.image_cameras,
                           max_text_chars=self.cfg.max_text_chars,
                           vqa_max_pending=self.cfg.vqa_max_pending,
                           revision_wait_s=self.cfg.revision_wait_s),

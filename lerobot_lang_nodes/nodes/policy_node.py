@@ -30,6 +30,7 @@ from std_msgs.msg import String
 
 from lerobot_lang_msgs.msg import ActionChunk, LanguageContext, RuntimeStatus
 from lerobot_lang_nodes.core.images import SO101_CAMERAS
+from lerobot_lang_nodes.backends.policies.lerobot_policy import LeRobotConfig
 from lerobot_lang_nodes.backends.registry import BackendNotFound, load_backend
 from lerobot_lang_nodes.core.inference_file import InferenceFile
 from lerobot_lang_nodes.core.policy_session import (Inference, Joints, PolicySession,
@@ -57,36 +58,9 @@ class PolicyConfig:
     dtype: str = field(default='auto', metadata={
         'doc': 'Float dtype of model backends; auto keeps the checkpoint\'s.',
         'choices': ('auto', 'float32', 'bfloat16', 'float16')})
-    camera_map: tuple[str, ...] = field(default=('',), metadata={
-        'doc': 'lerobot: "<camera>:<checkpoint image key>" per camera whose checkpoint key '
-               'differs from observation.images.<camera>; [""] or [] = identity.'})
-    state_units: str = field(default='degrees', metadata={
-        'doc': 'lerobot: units of observation.state / action in the checkpoint (LeRobot SO-101 '
-               'conventions): "degrees" (use_degrees=True) or "range_m100_100"; the gripper '
-               'is 0..100 in both. "raw": another robot (e.g. RoboCasa): no unit conversion '
-               'and no calibration; observation.state is the state_topic values picked by '
-               'state_names, the actions are published as the checkpoint outputs them, '
-               'columns named action_names; any state / action size.',
-        'choices': ('degrees', 'range_m100_100', 'raw')})
-    state_names: tuple[str, ...] = field(default=('',), metadata={
-        'doc': 'lerobot, state_units raw: names (in state_topic\'s JointState) of the '
-               'observation.state values in the checkpoint\'s order; [""] = the checkpoint\'s '
-               'declared names if any, else the incoming values in their order. Must count '
-               'the checkpoint\'s state.'})
-    action_names: tuple[str, ...] = field(default=('',), metadata={
-        'doc': 'lerobot: names of the action columns (the chunk\'s action_names) in the '
-               'checkpoint\'s order; [""] = the checkpoint\'s action_feature_names, else the '
-               'six SO-101 joints. With state_units raw it must count the checkpoint\'s '
-               'action; otherwise it must be the six SO-101 joints in any order.'})
-    robot_type: str = field(default='so_follower', metadata={
-        'doc': 'lerobot: the robot_type given to the policy with each observation (LeRobot\'s '
-               'prepare_observation_for_inference); so_follower is LeRobot\'s SO-100/101.'})
-    calibration_id: str = field(default='', metadata={
-        'doc': 'lerobot: LeRobot robot id whose SO-101 calibration JSON converts radians to '
-               'the checkpoint\'s units (the driver\'s file); empty with calibration_path '
-               'empty = a nominal calibration spanning the simulator\'s joint ranges.'})
-    calibration_path: str = field(default='', metadata={
-        'doc': 'lerobot: explicit calibration JSON path instead of calibration_id.'})
+    lerobot: LeRobotConfig = field(default_factory=LeRobotConfig, metadata={
+        'doc': 'Parameters of LeRobot checkpoints (backends lerobot and hierarchical): '
+               'lerobot.*.'})
     added_latency_s: float = field(default=0.0, metadata={
         'doc': 'Benchmarks: wait this long in every inference before the backend runs, as a '
                'slower model would (counted in the latency); 0 disables.',
@@ -122,24 +96,6 @@ class PolicyConfig:
     status_timeout_s: float = field(default=2.0, metadata={
         'doc': 'Infer only while a runtime_status newer than this was received (s).',
         'range': (0.1, 60.0)})
-    rtc: bool = field(default=True, metadata={
-        'doc': 'Real-time chunking (LeRobot\'s lerobot.policies.rtc) for the policy types that '
-               'support it (SmolVLA, PI0, PI0.5; others keep plain chunks): each inference is '
-               'given the executing chunk\'s actions not played yet and the expected delay in '
-               'control steps, and the new chunk is guided to continue them and stamped where '
-               'it joins. false: plain chunks.'})
-    rtc_execution_horizon: int = field(default=10, metadata={
-        'doc': 'RTC: actions after the expected delay over which the guidance towards the '
-               'executing chunk fades (the delay\'s own actions follow it fully); passed to '
-               'LeRobot as execution_horizon = delay + this.',
-        'range': (1, 1000)})
-    rtc_max_guidance_weight: float = field(default=10.0, metadata={
-        'doc': 'RTC: upper bound of the guidance weight (LeRobot\'s max_guidance_weight).',
-        'range': (0.01, 1000.0)})
-    rtc_schedule: str = field(default='linear', metadata={
-        'doc': 'RTC: how the guidance weight falls from the delay to the execution horizon '
-               '(LeRobot\'s prefix_attention_schedule).',
-        'choices': ('linear', 'exp', 'ones', 'zeros')})
     max_observation_age_s: float = field(default=0.2, metadata={
         'doc': 'Do not infer on an observation (joint state) older than this (s), its age '
                'measured on the robot side\'s clock: the newest stamp the robot issued '
@@ -170,14 +126,14 @@ class PolicyConfig:
         if not self.state_topic:
             raise ValueError('state_topic is empty; give the JointState topic of the robot '
                              'state (joint_states, robot_state)')
-        for entry in self.camera_map:
+        for entry in self.lerobot.camera_map:
             camera, sep, key = entry.partition(':')
             if entry and not (sep and camera and key):
-                raise ValueError(f'camera_map entry {entry!r} is not "<camera>:<image key>", '
-                                 "e.g. 'front:observation.images.top'")
+                raise ValueError(f'lerobot.camera_map entry {entry!r} is not "<camera>:<image '
+                                 "key>\", e.g. 'front:observation.images.top'")
             if entry and camera not in self.cameras:
-                raise ValueError(f'camera_map entry {entry!r} names camera {camera!r}, not one '
-                                 f'of cameras {list(self.cameras)}')
+                raise ValueError(f'lerobot.camera_map entry {entry!r} names camera {camera!r}, '
+                                 f'not one of cameras {list(self.cameras)}')
 
 
 class PolicyNode(Node):

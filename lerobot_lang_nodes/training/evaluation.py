@@ -74,7 +74,8 @@ def score_planner(model_dir: Path, params: dict[str, Any], dataset: Path, max_fr
     import torch
     from lerobot.datasets.lerobot_dataset import LeRobotDataset
 
-    from lerobot_lang_nodes.backends.planners.transformers_planner import TransformersPlanner
+    from lerobot_lang_nodes.backends.planners.transformers_planner import (TransformersConfig,
+                                                                        TransformersPlanner)
     from lerobot_lang_nodes.core import prompts
     from lerobot_lang_nodes.training.data import IMAGE_PREFIX
     from lerobot_lang_nodes.training.planner import read_frames, subtask_candidates
@@ -93,13 +94,14 @@ def score_planner(model_dir: Path, params: dict[str, Any], dataset: Path, max_fr
     before = [every[k - 1] for k in changes
               if k > 0 and every[k - 1].frame == every[k].frame - 1
               and episode[every[k - 1].frame] == episode[every[k].frame]]
-    cameras = tuple(params['image_cameras'])
+    cameras = tuple(params['transformers.image_cameras'])
     planner = TransformersPlanner(SimpleNamespace(
-        model_path=str(model_dir), model_kind='vlm', gguf_file='', device='cpu',
-        dtype='float32', image_cameras=cameras, image_size=int(params['image_size']),
-        max_new_tokens=48, generation_timeout_s=0.0, system_prompt='',
-        prompts_file=params['prompts_file'], candidates=(), candidates_file='',
-        min_new_tokens=0, temperature=0.0, top_p=1.0))
+        model_path=str(model_dir), device='cpu', dtype='float32', max_new_tokens=48,
+        system_prompt='', prompts_file=params['prompts_file'], min_new_tokens=0,
+        temperature=0.0, top_p=1.0,
+        transformers=TransformersConfig(model_kind='vlm', image_cameras=cameras,
+                                        image_size=int(params['transformers.image_size']),
+                                        generation_timeout_s=0.0)))
     answers: dict[tuple[int, str], str] = {}
     latencies = []
 

@@ -441,8 +441,10 @@ def train_planner(dataset_dir: str | Path, output_dir: str | Path, *, steps: int
             'loss_end': loss_end, 'checked': checked, 'exact_matches': matched,
             'load_s': round(load_s, 2), 'train_s': round(train_s, 2),
             # What the planner node must be given to render prompts as they were trained.
+            # Keyed by the planner node's parameter names.
             'planner_parameters': {'backend': 'transformers', 'model_path': str(out),
-                                   'image_cameras': list(cameras), 'image_size': image_size,
+                                   'transformers.image_cameras': list(cameras),
+                                   'transformers.image_size': image_size,
                                    'prompts_file': str(out / PROMPTS_FILE),
                                    'templates_from': str(templates_path)},
         }

@@ -42,7 +42,7 @@ RUN = '''
 import json, logging, sys
 import numpy as np
 import torch
-from types import SimpleNamespace
+from lerobot_lang_nodes.testing import policy_config
 from lerobot.configs.policies import PreTrainedConfig
 from lerobot.policies.factory import get_policy_class, make_pre_post_processors
 from lerobot.policies.utils import prepare_observation_for_inference
@@ -55,9 +55,8 @@ handler = logging.Handler()
 handler.emit = lambda record: records.append(record.getMessage())
 logging.getLogger('lerobot_lang_nodes').addHandler(handler)
 logging.getLogger('lerobot_lang_nodes').setLevel(logging.INFO)
-backend = LeRobotPolicy(SimpleNamespace(
-    model_path=path, cameras=('front', 'wrist'), camera_map=('',), device='cpu', dtype='auto',
-    state_units='degrees', calibration_id='', calibration_path=''))
+backend = LeRobotPolicy(policy_config(
+    model_path=path, cameras=('front', 'wrist'), device='cpu', dtype='auto'))
 rng = np.random.default_rng(0)
 images = {c: rng.integers(0, 255, (240, 320, 3), dtype=np.uint8) for c in ('front', 'wrist')}
 
@@ -177,12 +176,11 @@ class _Hide(importlib.machinery.PathFinder):
             return None
         return super().find_spec(name, path, target)
 sys.meta_path = [_Hide if f is importlib.machinery.PathFinder else f for f in sys.meta_path]
-from types import SimpleNamespace
+from lerobot_lang_nodes.testing import policy_config
 from lerobot_lang_nodes.backends.policies import lerobot_policy as lp
 try:
-    lp.LeRobotPolicy(SimpleNamespace(model_path=sys.argv[1], cameras=('front', 'wrist'),
-                     camera_map=('',), device='cpu', dtype='auto', state_units='degrees',
-                     calibration_id='', calibration_path=''))
+    lp.LeRobotPolicy(policy_config(model_path=sys.argv[1], cameras=('front', 'wrist'),
+                                   device='cpu', dtype='auto'))
 except lp.PolicyLoadError as exc:
     print('LOAD ERROR:', exc)
 '''

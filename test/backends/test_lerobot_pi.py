@@ -37,15 +37,14 @@ INFER = '''
 import json, resource, sys, time
 import numpy as np
 import torch
-from types import SimpleNamespace
+from lerobot_lang_nodes.testing import policy_config
 from lerobot_lang_nodes.backends.policies.lerobot_policy import LeRobotPolicy
 from lerobot_lang_nodes.so101.calibration import JOINT_NAMES
 
 path, task, other = sys.argv[1:4]
 t0 = time.monotonic()
-backend = LeRobotPolicy(SimpleNamespace(
-    model_path=path, cameras=('front', 'wrist'), camera_map=('',), device='cpu', dtype='auto',
-    state_units='degrees', calibration_id='', calibration_path=''))
+backend = LeRobotPolicy(policy_config(
+    model_path=path, cameras=('front', 'wrist'), device='cpu', dtype='auto'))
 load_s = time.monotonic() - t0
 rng = np.random.default_rng(0)
 images = {c: rng.integers(0, 255, (240, 320, 3), dtype=np.uint8) for c in ('front', 'wrist')}

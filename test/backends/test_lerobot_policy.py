@@ -9,6 +9,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from lerobot_lang_nodes.testing import policy_config
 from lerobot_lang_nodes.so101 import units
 from lerobot_lang_nodes.so101.calibration import JOINT_NAMES, MotorCalibration, save_calibration
 from lerobot_lang_nodes.testing import require_ml
@@ -43,10 +44,8 @@ def calibration_file(tmp_path_factory) -> Path:
 
 
 def cfg(path: Path | str, **kw) -> SimpleNamespace:
-    base = dict(model_path=str(path), cameras=('front', 'wrist'), camera_map=('',),
-                device='cpu', dtype='auto', state_units='degrees', calibration_id='',
-                calibration_path='')
-    return SimpleNamespace(**{**base, **kw})
+    base = dict(model_path=str(path), cameras=('front', 'wrist'), device='cpu', dtype='auto')
+    return policy_config(**{**base, **kw})
 
 
 def observation(q: np.ndarray, names=JOINT_NAMES, cameras=('front', 'wrist'),
@@ -197,10 +196,18 @@ def test_missing_and_corrupt_directories_name_the_problem(checkpoints, tmp_path)
 
 
 def test_bad_settings_are_refused(checkpoints) -> None:
+    # The node's config refuses these first; the backend checks them for any other caller.
+    def unchecked(**bad) -> SimpleNamespace:
+        given = vars(cfg(checkpoints['act']))
+        if 'camera_map' in bad:
+            given['lerobot'] = SimpleNamespace(**{**vars(given['lerobot']), **bad})
+        else:
+            given.update(bad)
+        return SimpleNamespace(**given)
     with pytest.raises(lp.PolicyLoadError, match="camera_map entry 'front' is not"):
-        lp.LeRobotPolicy(cfg(checkpoints['act'], camera_map=('front',)))
+        lp.LeRobotPolicy(unchecked(camera_map=('front',)))
     with pytest.raises(lp.PolicyLoadError, match="device 'gpu' is not one of"):
-        lp.LeRobotPolicy(cfg(checkpoints['act'], device='gpu'))
+        lp.LeRobotPolicy(unchecked(device='gpu'))
 
 
 def test_sim_nominal_calibration_maps_the_model_ranges_to_lerobot_units() -> None:

@@ -10,6 +10,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from lerobot_lang_nodes.testing import policy_config
 from lerobot_lang_nodes.robocasa import layout
 from lerobot_lang_nodes.so101.calibration import JOINT_NAMES
 from lerobot_lang_nodes.testing import require_ml
@@ -34,11 +35,10 @@ def checkpoint(tmp_path_factory) -> Path:
 
 
 def cfg(path: Path | str, **kw) -> SimpleNamespace:
-    base = dict(model_path=str(path), cameras=ROBOCASA_CAMERAS, camera_map=('',),
-                device='cpu', dtype='auto', state_units='raw', calibration_id='',
-                calibration_path='', state_names=('',), action_names=ROBOCASA,
-                robot_type='', state_topic='robot_state')
-    return SimpleNamespace(**{**base, **kw})
+    base = dict(model_path=str(path), cameras=ROBOCASA_CAMERAS, device='cpu', dtype='auto',
+                state_units='raw', action_names=ROBOCASA, robot_type='',
+                state_topic='robot_state')
+    return policy_config(**{**base, **kw})
 
 
 def observation(state: np.ndarray, names=layout.STATE_NAMES, size: int = 128) -> dict:

@@ -101,13 +101,11 @@ def test_a_missing_processor_package_names_the_package_and_the_install_command(
     """SmolVLM's processor needs num2words (LeRobot's smolvla extra): without it the load
     fails with a message that says which package and how to install it."""
     script = PRELUDE.format(hidden=('num2words',)) + textwrap.dedent(f'''
-        from types import SimpleNamespace
+        from lerobot_lang_nodes.testing import policy_config
         from lerobot_lang_nodes.backends.policies import lerobot_policy as lp
         try:
-            lp.LeRobotPolicy(SimpleNamespace(model_path={str(smolvla)!r},
-                             cameras=('front', 'wrist'), camera_map=('',), device='cpu',
-                             dtype='auto', state_units='degrees', calibration_id='',
-                             calibration_path=''))
+            lp.LeRobotPolicy(policy_config(model_path={str(smolvla)!r},
+                             cameras=('front', 'wrist'), device='cpu', dtype='auto'))
         except lp.PolicyLoadError as exc:
             print('LOAD ERROR:', exc)
         ''')

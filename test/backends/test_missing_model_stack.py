@@ -91,13 +91,10 @@ def test_a_learned_backend_without_the_model_stack_says_what_to_install(
         (ckpt / f).write_text('{"type": "act", "model_type": "llama"}')
     # What the nodes do: resolve the backend class, then build it from the parameters.
     script = textwrap.dedent(f'''
-        from types import SimpleNamespace
+        from lerobot_lang_nodes import testing
         from lerobot_lang_nodes.backends import registry
-        cfg = SimpleNamespace(model_path={str(ckpt)!r}, cameras=('front',), camera_map=('',),
-                              device='auto', dtype='auto', state_units='degrees',
-                              calibration_id='', calibration_path='', image_cameras=('front',),
-                              gguf_file='', model_kind='auto', prompts_file='',
-                              system_prompt='', candidates=(), candidates_file='')
+        cfg = getattr(testing, {kind!r} + '_config')(model_path={str(ckpt)!r},
+                                                     cameras=('front',))
         try:
             registry.load_backend({kind!r}, {name!r})(cfg)
         except Exception as exc:

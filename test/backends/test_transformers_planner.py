@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import json
 import shutil
-import types
 
 import numpy as np
 import pytest
 
+from lerobot_lang_nodes.testing import planner_config
 from lerobot_lang_nodes.core import prompts
 from lerobot_lang_nodes.core.high_level import HighLevelConfig, HighLevelPlanner
 from lerobot_lang_nodes.core.language import LanguageState
@@ -53,13 +53,10 @@ def monkeypatch_module():
 
 
 def config(model_path, prompts_file, **kw):
-    base = dict(model_path=str(model_path), model_kind='auto', gguf_file='', device='cpu',
-                dtype='auto', image_cameras=('front',), image_size=32, max_new_tokens=24,
-                generation_timeout_s=20.0, system_prompt='', prompts_file=str(prompts_file),
-                candidates=(), candidates_file='', min_new_tokens=0, temperature=0.0,
-                top_p=1.0)
+    base = dict(model_path=str(model_path), device='cpu', image_size=32, max_new_tokens=24,
+                generation_timeout_s=20.0, prompts_file=str(prompts_file))
     base.update(kw)
-    return types.SimpleNamespace(**base)
+    return planner_config(**base)
 
 
 @pytest.fixture(scope='module')

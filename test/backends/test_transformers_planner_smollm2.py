@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import types
 from pathlib import Path
 
 import pytest
@@ -26,11 +25,9 @@ def smollm2_gguf() -> Path:
 @pytest.fixture(scope='module')
 def smollm2(monkeypatch_module):
     from lerobot_lang_nodes.backends.planners.transformers_planner import TransformersPlanner
-    cfg = types.SimpleNamespace(model_path=str(smollm2_gguf()), model_kind='auto', gguf_file='',
-                                device='cpu', dtype='float32', max_new_tokens=16,
-                                generation_timeout_s=120.0, prompts_file='', system_prompt='',
-                                candidates=(), candidates_file='', min_new_tokens=1,
-                                temperature=0.0, top_p=1.0)
+    from lerobot_lang_nodes.testing import planner_config
+    cfg = planner_config(model_path=str(smollm2_gguf()), device='cpu', dtype='float32',
+                         max_new_tokens=16, generation_timeout_s=120.0, min_new_tokens=1)
     return TransformersPlanner(cfg)
 
 

@@ -7,15 +7,14 @@ from types import SimpleNamespace
 
 import numpy as np
 
+from lerobot_lang_nodes.testing import policy_config
 from lerobot_lang_nodes.so101.calibration import JOINT_NAMES
 
 
 def backend_cfg(path: Path | str, **kw) -> SimpleNamespace:
     """The policy node's parameters the backend reads, for a checkpoint at ``path``."""
-    base = dict(model_path=str(path), cameras=('front', 'wrist'), camera_map=('',),
-                device='cpu', dtype='auto', state_units='degrees', calibration_id='',
-                calibration_path='')
-    return SimpleNamespace(**{**base, **kw})
+    base = dict(model_path=str(path), cameras=('front', 'wrist'), device='cpu', dtype='auto')
+    return policy_config(**{**base, **kw})
 
 
 def observation(instruction: str) -> dict:

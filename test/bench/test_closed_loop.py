@@ -82,7 +82,7 @@ def test_trained_checkpoints_load_through_the_backends_and_drive_the_graph(loop)
     # The planner learned to answer from where the task stands, seeing both cameras, and the
     # deployed planner is pointed at exactly that wording.
     params = trained['planner']['planner_parameters']
-    assert params['image_cameras'] == ['front', 'wrist']
+    assert params['transformers.image_cameras'] == ['front', 'wrist']
     assert trained['planner']['vision_size'] == 64
     assert 'Current subtask: {subtask}' in (work / trained['planner']['path']
                                             / 'prompts.yaml').read_text()

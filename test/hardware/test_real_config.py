@@ -62,9 +62,10 @@ def test_params_file_merges_robot_into_real_defaults(tmp_path) -> None:
     policy = params['policy']['ros__parameters']
     assert policy['backend'] == 'lerobot' and policy['ground_truth_topic'] == ''
     assert policy['model_path'] == str(tmp_path / 'pretrained_model')  # next to the robot YAML
-    assert policy['device'] == 'cpu' and policy['camera_map'] == ['front:observation.images.top']
+    assert policy['device'] == 'cpu'
+    assert policy['lerobot.camera_map'] == ['front:observation.images.top']
     # The policy converts joint states with the driver's calibration.
-    assert policy['calibration_id'] == 'arm1' and policy['calibration_path'] == ''
+    assert policy['lerobot.calibration_id'] == 'arm1' and policy['lerobot.calibration_path'] == ''
 
 
 def test_real_graph_needs_a_policy_checkpoint_and_refuses_the_scripted_expert(tmp_path) -> None:

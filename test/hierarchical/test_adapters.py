@@ -33,8 +33,10 @@ def _observation(instruction: str, rng: np.random.Generator, image_hw=(240, 320)
 
 
 def _cfg(path: Path, **overrides) -> SimpleNamespace:
-    values = dict(model_path=str(path), device='cpu', dtype='auto', min_new_tokens=0,
-                  temperature=0.0, top_p=1.0)
+    """What both hierarchical backends read of their node's parameters."""
+    from lerobot_lang_nodes.backends.policies.lerobot_policy import LeRobotConfig
+    values = dict(model_path=str(path), device='cpu', dtype='auto', max_new_tokens=0,
+                  min_new_tokens=0, temperature=0.0, top_p=1.0, lerobot=LeRobotConfig())
     return SimpleNamespace(**{**values, **overrides})
 
 

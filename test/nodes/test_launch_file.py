@@ -189,7 +189,7 @@ def test_sim_launch_arguments_become_parameters(launch_stand_ins, tmp_path):
     assert [n['executable'] for n in nodes][-1] == 'recorder'
     planner = node_params(params, 'planner')
     assert planner['task'] == 'put the blue cube in the bowl'
-    assert (planner['backend'], planner['model_path'], planner['gguf_file']) == (
+    assert (planner['backend'], planner['model_path'], planner['transformers.gguf_file']) == (
         'transformers', str(tmp_path), 'smol.gguf')
     policy = node_params(params, 'policy')
     assert (policy['backend'], policy['model_path'], policy['device']) == (

@@ -34,6 +34,25 @@ def test_the_policy_refuses_a_control_rate_and_says_who_owns_it():
     assert "unknown parameter(s) ['ctrl_hz']" in text and 'runtime_status' in text
 
 
+@pytest.mark.parametrize('module, old, new', [
+    ('lerobot_lang_nodes.nodes.policy_node', 'state_units', 'lerobot.state_units'),
+    ('lerobot_lang_nodes.nodes.planner_node', 'image_size', 'transformers.image_size')])
+def test_a_backend_parameter_by_its_old_flat_name_is_refused_with_its_group_name(
+        module, old, new, tmp_path):
+    out = _run(module, **{old: 'raw' if old == 'state_units' else 64})
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert f"unknown parameter(s) ['{old}']" in out.stdout + out.stderr
+    assert new in out.stdout + out.stderr
+    # The group's name is what the node takes, from a params file's nested mapping too.
+    group, name = new.split('.')
+    params = tmp_path / 'params.yaml'
+    params.write_text(f"/**:\n  ros__parameters:\n    {group}:\n      {name}: 1234567\n")
+    out = subprocess.run(node_command(module, '--params-file', str(params)),
+                         capture_output=True, text=True, timeout=60)
+    # 1234567 breaks the parameter's own rule: the node read the nested value under its name.
+    assert out.returncode == 2 and new in out.stdout + out.stderr, out.stdout + out.stderr
+
+
 def test_unknown_backend_lists_the_registered_ones():
     out = _run('lerobot_lang_nodes.nodes.policy_node', backend='smolvla_typo')
     assert out.returncode == 2

@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from lerobot_lang_nodes import paths
+from lerobot_lang_nodes.core.param_names import dotted
 from lerobot_lang_nodes.nodes.params import config_defaults
 
 CONFIGS = {
@@ -51,7 +52,8 @@ def test_params_files_restate_no_default(name):
     for node, block in blocks.items():
         assert node in CONFIGS, f'{name}: block {node!r} names no node of this package'
         defaults = _defaults(node)
-        for key, value in (block.get('ros__parameters') or {}).items():
+        # A parameter group (`lerobot: {state_units: raw}`) is checked by its dotted names.
+        for key, value in dotted(block.get('ros__parameters') or {}).items():
             if key == 'use_sim_time':  # ROS's own parameter: `ros2 run --params-file` needs it
                 continue
             if key not in defaults:

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from lerobot_lang_nodes.testing import planner_config
 from lerobot_lang_nodes.backends.planners.scripted import ScriptedPlanner
 from lerobot_lang_nodes.recording import annotate
 
@@ -147,7 +148,7 @@ def test_unknown_backends_and_missing_models_are_refused_clearly(tmp_path):
                                                        'does not exist'):
         annotate.load_generator(annotate.AnnotateOptions(
             backend='transformers',
-            planner=types.SimpleNamespace(model_path=str(tmp_path / 'nowhere'))))
+            planner=planner_config(model_path=str(tmp_path / 'nowhere'))))
     assert annotate.needs_of(ScriptedPlanner()) == (True, ())
 
 
@@ -386,7 +387,7 @@ def test_a_vision_language_planner_annotates_from_the_recorded_images(demonstrat
     args = ['--fps', str(FPS), '--episodes-by', 'whole',
             '--min-episode', '0.5', '--no-progress', '--planner-backend', 'transformers',
             '--planner-model', str(model), '--planner-device', 'cpu', '--rate', '2',
-            '--planner-param', 'image_size=32', '--planner-param', 'max_new_tokens=6',
+            '--planner-param', 'transformers.image_size=32', '--planner-param', 'max_new_tokens=6',
             '--planner-param', 'min_new_tokens=2']
     # The model looks at a camera the recording does not hold: refused, nothing written.
     assert main(['annotate', str(demonstration), str(tmp_path / 'none'), *args,

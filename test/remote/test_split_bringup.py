@@ -64,7 +64,7 @@ def test_policy_computer_runs_the_policy_on_compressed_images(plans):
     assert _block(with_planner, 'planner')['task'] == 'stack the cubes'
     real = plans('policy', robot='real', calibration='my_follower', compressed_images='false')
     block = _block(real, 'policy')
-    assert block['use_sim_time'] is False and block['calibration_id'] == 'my_follower'
+    assert block['use_sim_time'] is False and block['lerobot.calibration_id'] == 'my_follower'
     assert block['backend'] == 'lerobot' and 'image_transport' not in block
 
 
@@ -133,5 +133,6 @@ def test_real_robot_side_needs_no_checkpoint_the_policy_computer_reads_the_same_
     (tmp_path / 'ckpt' / 'config.json').write_text('{}')
     policy = _block(plans('policy', robot='real', robot_yaml=robot_yaml), 'policy')
     assert policy['model_path'] == str(tmp_path / 'ckpt')
-    assert policy['cameras'] == ['front', 'wrist'] and policy['calibration_id'] == 'my_follower'
+    assert policy['cameras'] == ['front', 'wrist']
+    assert policy['lerobot.calibration_id'] == 'my_follower'
     assert policy['image_transport'] == 'compressed' and policy['use_sim_time'] is False

@@ -207,7 +207,7 @@ def test_run_task_ends_with_the_kitchen_s_own_success(launch_node, probe):
     view = layout.DEFAULT_CAMERAS[0]
     planner = launch_node('lerobot_lang_nodes.nodes.planner_node', params={
         'backend': 'scripted', 'ground_truth_topic': '', 'cameras': [view],
-        'default_camera': view, 'image_cameras': [view], 'use_sim_time': True})
+        'default_camera': view, 'transformers.image_cameras': [view], 'use_sim_time': True})
     probe.wait_for_node('planner', timeout_s=60.0, processes=[planner])
     contexts = probe.subscribe(LanguageContext, 'language_context', qos.LATCHED)
     scene = StandInKitchen(seed=21, camera_names=())

@@ -56,7 +56,8 @@ def test_policy_and_planner_options_select_the_model_backends(tmp_path):
     assert policy['backend'] == 'lerobot' and policy['model_path'] == str(tmp_path / 'act')
     assert planner['backend'] == 'transformers' and planner['direct_subtask'] is False
     # A .gguf file is the directory plus gguf_file, as transformers loads it.
-    assert planner['model_path'] == str(gguf.parent) and planner['gguf_file'] == 'model.gguf'
+    assert planner['model_path'] == str(gguf.parent)
+    assert planner['transformers.gguf_file'] == 'model.gguf'
     assert policy['device'] == planner['device'] == 'cpu'
     # Everything else of the shipped file is kept.
     for node in ('sim_bridge', 'viewer'):

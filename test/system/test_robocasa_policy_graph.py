@@ -31,9 +31,9 @@ def test_policy_runs_a_robocasa_checkpoint_on_the_bridges_topics(launch_node, pr
     ckpt = build_tiny_robocasa_act(tmp_path / 'robocasa_act', chunk_size=CHUNK)
     policy = launch_node('lerobot_lang_nodes.nodes.policy_node', params={
         'backend': 'lerobot', 'model_path': str(ckpt), 'device': 'cpu',
-        'condition_on': 'task', 'state_topic': 'robot_state', 'state_units': 'raw',
-        'cameras': list(layout.DEFAULT_CAMERAS), 'action_names': ROBOCASA,
-        'state_names': list(layout.STATE_NAMES), 'robot_type': 'panda_omron',
+        'condition_on': 'task', 'state_topic': 'robot_state', 'lerobot.state_units': 'raw',
+        'cameras': list(layout.DEFAULT_CAMERAS), 'lerobot.action_names': ROBOCASA,
+        'lerobot.state_names': list(layout.STATE_NAMES), 'lerobot.robot_type': 'panda_omron',
         'ground_truth_topic': '', 'diagnostics_period_s': 0.5})
     chunks = probe.subscribe(ActionChunk, 'action_chunk', qos.COMMAND)
     status = probe.publisher(RuntimeStatus, 'runtime_status', qos.STATUS)

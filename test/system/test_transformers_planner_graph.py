@@ -49,7 +49,8 @@ def scene(tmp_path_factory):
 def start_planner(launch_node, probe, model_path, prompts_file='', **params):
     base = {'backend': 'transformers', 'model_path': str(model_path),
             'prompts_file': str(prompts_file), 'cameras': ['front'],
-            'image_cameras': ['front'], 'image_size': 32, 'device': 'cpu',
+            'transformers.image_cameras': ['front'], 'transformers.image_size': 32,
+            'device': 'cpu',
             'chunks_per_regen': 1, 'high_level_hz': 100.0, 'vqa_pause': False,
             'diagnostics_period_s': 0.2}
     base.update(params)
@@ -211,7 +212,8 @@ def test_timeout_and_empty_output_are_counted_and_the_node_keeps_serving(launch_
     model, prompts_file = scene
     diag = probe.subscribe(DiagnosticArray, 'diagnostics', qos.STATUS)
     ctx = probe.subscribe(LanguageContext, 'language_context', qos.LATCHED)
-    proc = start_planner(launch_node, probe, model, prompts_file, generation_timeout_s=1e-4)
+    proc = start_planner(launch_node, probe, model, prompts_file,
+                         **{'transformers.generation_timeout_s': 1e-4})
     wait_status(diag, ready, 'the model loaded')
     task = probe.publisher(String, 'task', qos.LATCHED, wait_subscribers=1)
     with row.injection():
@@ -252,7 +254,8 @@ def test_exception_in_generation_is_counted_and_the_node_keeps_serving(launch_no
         vlm.scene_planner_examples()))
     diag = probe.subscribe(DiagnosticArray, 'diagnostics', qos.STATUS)
     ctx = probe.subscribe(LanguageContext, 'language_context', qos.LATCHED)
-    proc = start_planner(launch_node, probe, model, image_cameras=[], max_new_tokens=4)
+    proc = start_planner(launch_node, probe, model, max_new_tokens=4,
+                         **{'transformers.image_cameras': []})
     wait_status(diag, ready, 'the model loaded')
     camera = probe.publisher(Image, 'cameras/front/image_raw', qos.SENSOR, wait_subscribers=1)
     frame = vlm.scene_image('red')

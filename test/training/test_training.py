@@ -24,6 +24,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from lerobot_lang_nodes.testing import planner_config, policy_config
 from lerobot_lang_nodes.cli import main as cli
 from lerobot_lang_nodes.testing import require_ml
 from lerobot_lang_nodes.training import planner as planner_training
@@ -249,9 +250,8 @@ def test_policy_training_reduces_the_loss_and_reports_what_it_used(trained_polic
 
 def _lerobot_backend(path: str):
     from lerobot_lang_nodes.backends.policies.lerobot_policy import LeRobotPolicy
-    return LeRobotPolicy(SimpleNamespace(
-        model_path=path, cameras=('front', 'wrist'), camera_map=('',), device='cpu',
-        dtype='auto', state_units='degrees', calibration_id='', calibration_path=''))
+    return LeRobotPolicy(policy_config(model_path=path, cameras=('front', 'wrist'),
+                                       device='cpu', dtype='auto'))
 
 
 def _observation(phase: int, instruction: str) -> dict:
@@ -289,19 +289,16 @@ def test_planner_training_reduces_the_loss_and_uses_every_kind_of_turn(trained_p
                                    for c in ('red', 'blue'))
     assert s['exact_matches'] == s['checked'] > 0
     params = s['planner_parameters']
-    assert params['image_cameras'] == ['front'] and params['image_size'] == 0
+    assert params['transformers.image_cameras'] == ['front']
+    assert params['transformers.image_size'] == 0
     assert Path(params['prompts_file']).is_file()
 
 
 def _planner_backend(summary: dict):
     from lerobot_lang_nodes.backends.planners.transformers_planner import TransformersPlanner
     params = summary['planner_parameters']
-    return TransformersPlanner(SimpleNamespace(
-        model_path=params['model_path'], model_kind='auto', gguf_file='', device='cpu',
-        dtype='auto', image_cameras=tuple(params['image_cameras']),
-        image_size=params['image_size'], max_new_tokens=48, generation_timeout_s=20.0,
-        system_prompt='', prompts_file=params['prompts_file'], candidates=(),
-        candidates_file='', min_new_tokens=0, temperature=0.0, top_p=1.0))
+    given = {k: v for k, v in params.items() if k != 'templates_from'}
+    return TransformersPlanner(planner_config(**given, device='cpu', generation_timeout_s=20.0))
 
 
 @pytest.mark.slow
@@ -350,9 +347,9 @@ import numpy as np
 if sys.argv[2] == 'register':
     import lerobot_lang_nodes.training.configuration_lang_chunk  # noqa: F401
 from lerobot_lang_nodes.backends.policies.lerobot_policy import LeRobotPolicy
-backend = LeRobotPolicy(SimpleNamespace(
-    model_path=sys.argv[1], cameras=('front', 'wrist'), camera_map=('',), device='cpu',
-    dtype='auto', state_units='degrees', calibration_id='', calibration_path=''))
+from lerobot_lang_nodes.testing import policy_config
+backend = LeRobotPolicy(policy_config(model_path=sys.argv[1], cameras=('front', 'wrist'),
+                                      device='cpu', dtype='auto'))
 frames = {c: np.zeros((240, 320, 3), np.uint8) for c in ('front', 'wrist')}
 chunk = backend.infer({'instruction': 'reach the red cube', 'joint_names': sys.argv[3:],
                        'joint_positions': np.zeros(6), 'images': frames})

@@ -21,11 +21,47 @@ import logging
 import os
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class TransformersConfig:
+    """The transformers planner's own parameters (planner node: ``transformers.*``).
+
+    Light to import (no torch): the planner node declares them whatever its backend, so a
+    params file is checked the same way for every backend.
+    """
+
+    model_kind: str = field(default='auto', metadata={
+        'doc': 'vlm (AutoModelForImageTextToText + AutoProcessor), text '
+               '(AutoModelForCausalLM + AutoTokenizer), or auto (from config.json model_type; '
+               'GGUF files are text).', 'choices': ('auto', 'vlm', 'text')})
+    gguf_file: str = field(default='', metadata={
+        'doc': 'GGUF file name inside model_path (or give the .gguf path as '
+               'model_path); empty = not GGUF.'})
+    image_cameras: tuple[str, ...] = field(default=('front',), metadata={
+        'doc': 'Vision-language models: cameras whose latest frame goes into the '
+               'subtask and interjection prompts (VQA uses the camera asked about); each must '
+               'be in `cameras`; empty = text-only prompts.'})
+    image_size: int = field(default=0, metadata={
+        'doc': 'Resize frames to image_size x image_size pixels before the '
+               'processor; 0 keeps the frame size (the processor still resizes as the model '
+               'needs).', 'range': (0, 4096)})
+    generation_timeout_s: float = field(default=30.0, metadata={
+        'doc': 'Stop a generation after this long (generate(max_time=...)); it '
+               'counts as a timeout and a failure, the previous text stays. 0 disables.',
+        'range': (0.0, 3600.0)})
+    candidates: tuple[str, ...] = field(default=(), metadata={
+        'doc': 'Constrained mode: allowed subtasks (e.g. the skills the policy '
+               'was trained on); the subtask is the candidate the model scores highest instead '
+               'of free text. Empty (and no candidates_file) = free generation.'})
+    candidates_file: str = field(default='', metadata={
+        'doc': 'Constrained mode: a text file with one more candidate per line '
+               '(# comments allowed); empty = none.'})
 
 MODEL_KINDS = ('auto', 'vlm', 'text')
 DEVICES_HELP = 'cpu, cuda, cuda:N or auto'
@@ -255,29 +291,28 @@ class TransformersPlanner:
         from lerobot_lang_nodes import dependencies, paths
         from lerobot_lang_nodes.core import prompts
 
-        self.model_path = str(getattr(cfg, 'model_path', ''))
-        self.image_cameras = tuple(getattr(cfg, 'image_cameras', ('front',)))
-        self.image_size = int(getattr(cfg, 'image_size', 0))
-        self.max_new_tokens = int(getattr(cfg, 'max_new_tokens', 48))
-        self.timeout_s = float(getattr(cfg, 'generation_timeout_s', 0.0))
-        self.min_new_tokens = int(getattr(cfg, 'min_new_tokens', 0))
-        self.temperature = float(getattr(cfg, 'temperature', 0.0))
-        self.top_p = float(getattr(cfg, 'top_p', 1.0))
-        prompts_file = getattr(cfg, 'prompts_file', '') or paths.config_path('prompts.yaml')
+        own: TransformersConfig = cfg.transformers
+        self.model_path = str(cfg.model_path)
+        self.image_cameras = tuple(own.image_cameras)
+        self.image_size = int(own.image_size)
+        self.max_new_tokens = int(cfg.max_new_tokens)
+        self.timeout_s = float(own.generation_timeout_s)
+        self.min_new_tokens = int(cfg.min_new_tokens)
+        self.temperature = float(cfg.temperature)
+        self.top_p = float(cfg.top_p)
+        prompts_file = cfg.prompts_file or paths.config_path('prompts.yaml')
         self.system_prompt = prompts.load_templates(
-            prompts_file, getattr(cfg, 'system_prompt', '') or None).system_prompt
-        self.candidates = read_candidates(getattr(cfg, 'candidates', ()),
-                                          getattr(cfg, 'candidates_file', ''))
+            prompts_file, cfg.system_prompt or None).system_prompt
+        self.candidates = read_candidates(own.candidates, own.candidates_file)
         self.last_scores: dict[str, float] = {}
         self.load_time_s = 0.0
         start = time.monotonic()
         # Without the model stack: one line naming requirements/ml.txt on the planner's log
         # and /diagnostics, not `No module named 'torch'`.
         with dependencies.model_stack_required('the transformers planner backend'):
-            self.checkpoint = inspect_checkpoint(self.model_path, getattr(cfg, 'gguf_file', ''),
-                                                 getattr(cfg, 'model_kind', 'auto'))
-            self.device = resolve_device(getattr(cfg, 'device', 'auto'))
-            self.dtype = resolve_dtype(getattr(cfg, 'dtype', 'auto'), self.device)
+            self.checkpoint = inspect_checkpoint(self.model_path, own.gguf_file, own.model_kind)
+            self.device = resolve_device(cfg.device)
+            self.dtype = resolve_dtype(cfg.dtype, self.device)
             self._load()
         self.load_time_s = time.monotonic() - start
         logger.info('planner model ready in %.1f s: %s (%s, %s), %s on %s, %.1fM parameters%s',

@@ -24,6 +24,7 @@ import logging
 import math
 from pathlib import Path
 import threading
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -48,6 +49,64 @@ RTC_SCHEDULES = ('linear', 'exp', 'ones', 'zeros')
 # LeRobot >= 0.5 names the SO-100/101 follower robot type `so_follower`; the default of the
 # `robot_type` parameter.
 ROBOT_TYPE = 'so_follower'
+
+
+@dataclass(frozen=True)
+class LeRobotConfig:
+    """Parameters of LeRobot checkpoints (policy node: ``lerobot.*``; backends lerobot and
+    hierarchical). Light to import: the policy node declares them whatever its backend."""
+
+    camera_map: tuple[str, ...] = field(default=('',), metadata={
+        'doc': '"<camera>:<checkpoint image key>" per camera whose checkpoint key '
+               'differs from observation.images.<camera>; [""] or [] = identity.'})
+    state_units: str = field(default='degrees', metadata={
+        'doc': 'Units of observation.state / action in the checkpoint (LeRobot SO-101 '
+               'conventions): "degrees" (use_degrees=True) or "range_m100_100"; the gripper '
+               'is 0..100 in both. "raw": another robot (e.g. RoboCasa): no unit conversion '
+               'and no calibration; observation.state is the state_topic values picked by '
+               'state_names, the actions are published as the checkpoint outputs them, '
+               'columns named action_names; any state / action size.',
+        'choices': STATE_UNITS})
+    state_names: tuple[str, ...] = field(default=('',), metadata={
+        'doc': 'With state_units raw: names (in state_topic\'s JointState) of the '
+               'observation.state values in the checkpoint\'s order; [""] = the checkpoint\'s '
+               'declared names if any, else the incoming values in their order. Must count '
+               'the checkpoint\'s state.'})
+    action_names: tuple[str, ...] = field(default=('',), metadata={
+        'doc': 'Names of the action columns (the chunk\'s action_names) in the '
+               'checkpoint\'s order; [""] = the checkpoint\'s action_feature_names, else the '
+               'six SO-101 joints. With state_units raw it must count the checkpoint\'s '
+               'action; otherwise it must be the six SO-101 joints in any order.'})
+    robot_type: str = field(default=ROBOT_TYPE, metadata={
+        'doc': 'The robot_type given to the policy with each observation (LeRobot\'s '
+               'prepare_observation_for_inference); so_follower is LeRobot\'s SO-100/101.'})
+    calibration_id: str = field(default='', metadata={
+        'doc': 'LeRobot robot id whose SO-101 calibration JSON converts radians to '
+               'the checkpoint\'s units (the driver\'s file); empty with calibration_path '
+               'empty = a nominal calibration spanning the simulator\'s joint ranges.'})
+    calibration_path: str = field(default='', metadata={
+        'doc': 'Explicit calibration JSON path instead of calibration_id.'})
+    rtc: bool = field(default=True, metadata={
+        'doc': 'Real-time chunking (LeRobot\'s lerobot.policies.rtc) for the policy types that '
+               'support it (SmolVLA, PI0, PI0.5; others keep plain chunks): each inference is '
+               'given the executing chunk\'s actions not played yet and the expected delay in '
+               'control steps, and the new chunk is guided to continue them and stamped where '
+               'it joins. false: plain chunks.'})
+    rtc_execution_horizon: int = field(default=10, metadata={
+        'doc': 'Real-time chunking: actions after the expected delay over which the '
+               'guidance towards the '
+               'executing chunk fades (the delay\'s own actions follow it fully); passed to '
+               'LeRobot as execution_horizon = delay + this.',
+        'range': (1, 1000)})
+    rtc_max_guidance_weight: float = field(default=10.0, metadata={
+        'doc': 'Real-time chunking: upper bound of the guidance weight (LeRobot\'s '
+               'max_guidance_weight).',
+        'range': (0.01, 1000.0)})
+    rtc_schedule: str = field(default='linear', metadata={
+        'doc': 'Real-time chunking: how the guidance weight falls from the delay to the '
+               'execution horizon '
+               '(LeRobot\'s prefix_attention_schedule).',
+        'choices': RTC_SCHEDULES})
 
 
 class PolicyLoadError(RuntimeError):
@@ -285,11 +344,10 @@ def nominal_sim_calibration() -> tuple[Calibration, np.ndarray]:
                                      [ranges[j][1] for j in JOINT_NAMES])
 
 
-def arm_calibration(cfg: Any) -> tuple[Calibration, np.ndarray | None]:
+def arm_calibration(own: LeRobotConfig) -> tuple[Calibration, np.ndarray | None]:
     """The arm's calibration file (``calibration_id`` / ``calibration_path``); without one,
     the simulator's nominal calibration and the radians of its range centres."""
-    cal_id = str(getattr(cfg, 'calibration_id', '') or '')
-    cal_path = str(getattr(cfg, 'calibration_path', '') or '')
+    cal_id, cal_path = own.calibration_id, own.calibration_path
     if cal_id or cal_path:
         try:
             return load_calibration(cal_id or None, cal_path or None), None
@@ -403,10 +461,10 @@ class LeRobotPolicy:
             raise PolicyLoadError('no policy checkpoint set: the lerobot backend needs '
                                   'model_path (a LeRobot pretrained_model directory)')
         check_files(self.model_path)
-        cameras = tuple(getattr(cfg, 'cameras', ()))
+        cameras = tuple(cfg.cameras)
         try:
-            self.camera_keys = parse_camera_map(tuple(getattr(cfg, 'camera_map', ())), cameras)
-            check_device(str(getattr(cfg, 'device', 'auto')))
+            self.camera_keys = parse_camera_map(tuple(cfg.lerobot.camera_map), cameras)
+            check_device(str(cfg.device))
         except ValueError as exc:
             raise PolicyLoadError(str(exc)) from exc
         # Without the model stack: one line naming requirements/ml.txt, not `No module named
@@ -418,7 +476,7 @@ class LeRobotPolicy:
             from lerobot.policies.utils import prepare_observation_for_inference
         self._torch = torch
         self._prepare = prepare_observation_for_inference
-        device = str(getattr(cfg, 'device', 'auto'))
+        device = str(cfg.device)
         if device == 'auto':
             device = 'cuda' if torch.cuda.is_available() else 'cpu'
         self.device = torch.device(device)
@@ -441,7 +499,7 @@ class LeRobotPolicy:
                                       if k in self.image_shapes)
         config.device = str(self.device)
         config.pretrained_path = str(self.model_path)
-        dtype = str(getattr(cfg, 'dtype', 'auto'))
+        dtype = str(cfg.dtype)
         if dtype not in DTYPES:
             raise PolicyLoadError(f'dtype {dtype!r} is not one of {list(DTYPES)}')
         try:
@@ -476,7 +534,7 @@ class LeRobotPolicy:
                                   and hasattr(policy, 'predict_action_chunk'))
         self.units: StateUnits | None = None
         if not self.raw:
-            calibration, zero = arm_calibration(cfg)
+            calibration, zero = arm_calibration(cfg.lerobot)
             self.units = StateUnits(calibration, self.state_units, self.order, zero)
         self._instruction: str | None = None
         self._lock = threading.Lock()  # one inference at a time on one model
@@ -488,16 +546,16 @@ class LeRobotPolicy:
     def _names(self, cfg: Any, config: Any) -> None:
         """State units, robot type and the state / action names (``order``, ``state_names``,
         ``action_names``) from the parameters and the checkpoint's config."""
-        self.state_units = str(getattr(cfg, 'state_units', 'degrees'))
+        self.state_units = str(cfg.lerobot.state_units)
         if self.state_units not in STATE_UNITS:
             raise PolicyLoadError(f'state_units {self.state_units!r} is not one of '
                                   f'{list(STATE_UNITS)}')
         self.raw = self.state_units == 'raw'
-        self.robot_type = str(getattr(cfg, 'robot_type', ROBOT_TYPE))
-        self.state_topic = str(getattr(cfg, 'state_topic', 'joint_states') or 'joint_states')
+        self.robot_type = str(cfg.lerobot.robot_type)
+        self.state_topic = str(cfg.state_topic)
         declared = names_param(getattr(config, 'action_feature_names', None))
-        given_actions = names_param(getattr(cfg, 'action_names', ()))
-        given_state = names_param(getattr(cfg, 'state_names', ()))
+        given_actions = names_param(cfg.lerobot.action_names)
+        given_state = names_param(cfg.lerobot.state_names)
         if self.raw:
             state = config.input_features.get(STATE_KEY)
             state_dim = int(state.shape[0]) if state is not None and state.shape else None
@@ -520,10 +578,10 @@ class LeRobotPolicy:
         --inference.type=rtc`` sets it up: an ``RTCConfig`` on the policy's config and
         ``init_rtc_processor()``. ``rtc`` (default true) turns it on for the types that
         support it (SmolVLA, PI0, PI0.5); the others keep plain chunks."""
-        wanted = getattr(cfg, 'rtc', True)
+        wanted = cfg.lerobot.rtc
         if not isinstance(wanted, bool):
             raise PolicyLoadError(f'rtc is {wanted!r}; expected true or false')
-        schedule = str(getattr(cfg, 'rtc_schedule', 'linear'))
+        schedule = str(cfg.lerobot.rtc_schedule)
         if schedule not in RTC_SCHEDULES:
             raise PolicyLoadError(f'rtc_schedule {schedule!r} is not one of '
                                   f'{list(RTC_SCHEDULES)}')
@@ -534,8 +592,8 @@ class LeRobotPolicy:
         from lerobot.configs import RTCAttentionSchedule
         from lerobot.policies.rtc.configuration_rtc import RTCConfig
         policy.config.rtc_config = RTCConfig(
-            execution_horizon=int(getattr(cfg, 'rtc_execution_horizon', 10)),
-            max_guidance_weight=float(getattr(cfg, 'rtc_max_guidance_weight', 10.0)),
+            execution_horizon=int(cfg.lerobot.rtc_execution_horizon),
+            max_guidance_weight=float(cfg.lerobot.rtc_max_guidance_weight),
             prefix_attention_schedule=RTCAttentionSchedule[schedule.upper()])
         policy.init_rtc_processor()
         return True

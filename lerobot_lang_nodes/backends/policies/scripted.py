@@ -19,7 +19,7 @@ class ScriptedSimExpert:
         from lerobot_lang_nodes.sim.expert import ExpertConfig, ScriptedExpert
         from lerobot_lang_nodes.sim.scene import JOINT_NAMES, SceneConfig, build_model
         self.action_names = tuple(JOINT_NAMES)
-        horizon = int(getattr(cfg, 'chunk_horizon', 15))
+        horizon = int(cfg.chunk_horizon)
         # The IK model only: no renderer, and its own MjData so the simulator is untouched.
         # Its rate follows the executor's control period, given with each observation.
         self._expert = ScriptedExpert(build_model(SceneConfig()), ExpertConfig(horizon=horizon))
