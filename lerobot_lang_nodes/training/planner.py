@@ -485,15 +485,17 @@ def _check(model_dir: Path, examples: Sequence[tuple[list[dict], str]],
     """Answer up to ``count`` subtask examples with the `transformers` backend; (asked, right)."""
     if count <= 0:
         return 0, 0
-    from lerobot_lang_nodes.backends.planners.transformers_planner import TransformersPlanner
+    from lerobot_lang_nodes.backends.planners.transformers_planner import (TransformersConfig,
+                                                                        TransformersPlanner)
 
     picks = [i for i, c in enumerate(candidates) if c.kind == 'subtask']
     picks = [picks[k] for k in _spread(0, len(picks), count)] if picks else []
     planner = TransformersPlanner(SimpleNamespace(
-        model_path=str(model_dir), model_kind='vlm', gguf_file='', device='cpu', dtype='float32',
-        image_cameras=tuple(cameras), image_size=image_size, max_new_tokens=48,
-        generation_timeout_s=0.0, system_prompt='', prompts_file=str(model_dir / PROMPTS_FILE),
-        candidates=(), candidates_file='', min_new_tokens=0, temperature=0.0, top_p=1.0))
+        model_path=str(model_dir), device='cpu', dtype='float32', max_new_tokens=48,
+        system_prompt='', prompts_file=str(model_dir / PROMPTS_FILE), min_new_tokens=0,
+        temperature=0.0, top_p=1.0,
+        transformers=TransformersConfig(model_kind='vlm', image_cameras=tuple(cameras),
+                                        image_size=image_size, generation_timeout_s=0.0)))
     right = 0
     for i in picks:
         cand = candidates[i]
