@@ -21,11 +21,11 @@ side by side in one run: ``policy.lerobot.rtc=true`` (LeRobot's guidance; the ne
 stamped where it joins) and ``policy.lerobot.rtc=false``. From sim_bridge's dispatch log (the
 actions applied, in order): every step between consecutive actions is a within-chunk step
 (same chunk) or a seam (the first action of a new chunk after the last one played of the
-old); the report gives the
-largest joint change of each, median and p90, and the ratio seam / within-chunk (target with
-RTC: at most 1.5 at every latency), plus the starved ticks. ``--task-time`` adds
-bench/task_time.py at the same latencies (the expert as policy, time per task against the
-expert alone; at 0.4 and 1.0 s also with chunks long enough to outlast two inferences). The
+old); the report gives the largest joint change of each, median and p90, and the ratio
+seam / within-chunk (target with RTC: at most 1.5 at every latency), plus the starved ticks.
+``--task-time`` adds bench/task_time.py at the same latencies (the expert as policy, time per
+task against the expert alone; at 0.4 and 1.0 s also with chunks long enough to outlast two
+inferences). The
 policy's inference log gives each run's latency and when the next chunk lands against how
 long a chunk lasts (see CHUNK: RTC needs a chunk of at least twice the inference delay).
 ``--runs-from`` takes the graph runs of an earlier report (to add ``--task-time``),

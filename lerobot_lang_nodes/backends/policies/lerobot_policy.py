@@ -94,9 +94,8 @@ class LeRobotConfig:
                'it joins. false: plain chunks.'})
     rtc_execution_horizon: int = field(default=10, metadata={
         'doc': 'Real-time chunking: actions after the expected delay over which the '
-               'guidance towards the '
-               'executing chunk fades (the delay\'s own actions follow it fully); passed to '
-               'LeRobot as execution_horizon = delay + this.',
+               'guidance towards the executing chunk fades (the delay\'s own actions follow '
+               'it fully); passed to LeRobot as execution_horizon = delay + this.',
         'range': (1, 1000)})
     rtc_max_guidance_weight: float = field(default=10.0, metadata={
         'doc': 'Real-time chunking: upper bound of the guidance weight (LeRobot\'s '
@@ -104,8 +103,7 @@ class LeRobotConfig:
         'range': (0.01, 1000.0)})
     rtc_schedule: str = field(default='linear', metadata={
         'doc': 'Real-time chunking: how the guidance weight falls from the delay to the '
-               'execution horizon '
-               '(LeRobot\'s prefix_attention_schedule).',
+               'execution horizon (LeRobot\'s prefix_attention_schedule).',
         'choices': RTC_SCHEDULES})
 
 
