@@ -93,6 +93,8 @@ def _record_episodes(args: argparse.Namespace) -> int:
         for event in out:
             if event['event'] == 'episode':
                 task.publish(String(data=event['task']))
+            # Stamped: the export cuts at the mark's time, not at its (later) arrival.
+            event = {**event, 'stamp': node.get_clock().now().nanoseconds * 1e-9}
             events.publish(String(data=json.dumps(event)))
             print(f"{event['event']} {json.dumps(event)}", flush=True)
 

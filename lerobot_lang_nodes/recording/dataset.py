@@ -76,7 +76,8 @@ LEADER_TOPIC = 'leader/joint_states'
 # Episode boundaries an episodic recording marks (std_msgs/String, JSON): {"event": "episode",
 # "index": i, "task": ...} starts episode i, {"event": "reset"} its reset phase, {"event":
 # "label", "index": i, "success": bool} labels it, {"event": "discard", "index": i} drops it (a
-# re-recorded episode), {"event": "stop"} ends the session. With episodes_by='marks' the export
+# re-recorded episode), {"event": "stop"} ends the session. An optional "stamp" (seconds, the
+# sender's ROS clock) places the mark where it was sent. With episodes_by='marks' the export
 # cuts exactly there and writes the phase and outcome columns.
 EPISODE_TOPIC = 'episode_event'
 PHASE_KEY = 'phase'
@@ -330,6 +331,11 @@ class Exporter:
                 except (ValueError, KeyError, TypeError):
                     self.warnings.append(f'{EPISODE_TOPIC} message ignored: {msg.data[:80]!r}')
                     continue
+                # Cut where the sender marked, not where the recorder heard it (late under
+                # load), when its stamp is on the bag's clock.
+                stamp = event.get('stamp')
+                if isinstance(stamp, (int, float)) and abs(stamp - t_log) < SAME_CLOCK_S:
+                    t_log = float(stamp)
                 s.marks.append((t_log, event))
             elif topic == n(LEADER_TOPIC):
                 stamp = msg.header.stamp.sec + msg.header.stamp.nanosec * 1e-9

@@ -197,6 +197,31 @@ def test_a_new_episode_starts_with_the_planner_context_of_its_task(tmp_path):
     assert ds[len(rows) - len(second)]['task'] == blue
 
 
+def test_marks_cut_at_their_stamp_not_at_their_late_arrival(tmp_path, monkeypatch):
+    # An episode mark heard 0.4 s after it was sent (a loaded recorder) still cuts where it was
+    # sent; a stamp on another clock (1000 s off) is not trusted: that mark cuts at arrival.
+    import synthetic
+    monkeypatch.setitem(synthetic.TOPICS, '/episode_event', 'std_msgs/msg/String')
+    session = standard_session(duration_s=4.0)
+    late = 0.4
+    for sent, event in ((0.0, {'event': 'episode', 'index': 0, 'task': 'a'}),
+                        (1.0, {'event': 'reset'}),
+                        (2.0, {'event': 'episode', 'index': 1, 'task': 'b'}),
+                        (3.0, {'event': 'stop', 'stamp': T0 + 3.0 - 1000.0})):
+        event.setdefault('stamp', T0 + sent)
+        session.string(T0 + sent + late, '/episode_event', json.dumps(event))
+    bag = session.write(tmp_path / 'bags', storage='mcap')
+    result = export([bag], tmp_path / 'ds',
+                    ExportOptions(fps=10, repo_id='test/stamped', episodes_by='marks',
+                                  min_episode_s=0.2))
+    rows = _rows(result.root)
+    lengths = np.bincount([r['episode_index'] for r in rows])
+    # Episode 0 from 0.0 to its stamped reset at 1.0 s: 10 frames at 10 fps; episode 1 from
+    # its stamp at 2.0 s to the stop heard at 3.4 s (its stamp on another clock): 14. At
+    # arrival both would be 10 frames, 0.4 s late.
+    assert list(lengths) == [10, 14], lengths
+
+
 def _no_leftovers(parent: Path) -> None:
     assert not [p for p in parent.iterdir() if '.partial-' in p.name]
 

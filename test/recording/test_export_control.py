@@ -172,9 +172,10 @@ def episodic_session(launch_node, probe, tmp_path):
         delay = start + k * period - time.monotonic()
         if delay > 0:
             time.sleep(delay)
-        for _frame, event in (m for m in MARKS if m[0] == k):
-            pubs['event'].publish(String(data=json.dumps(event)))
         stamp = clock.now().to_msg()
+        for _frame, event in (m for m in MARKS if m[0] == k):  # stamped as record-episodes does
+            mark = {**event, 'stamp': stamp.sec + stamp.nanosec * 1e-9}
+            pubs['event'].publish(String(data=json.dumps(mark)))
         image.header.stamp = stamp
         pubs['image'].publish(image)
         state = JointState(name=JOINTS, position=[0.0] * 6)
