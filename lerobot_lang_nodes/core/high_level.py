@@ -99,6 +99,9 @@ class HighLevelPlanner:
         self.latency_s: dict[str, deque[float]] = {}  # the last LATENCY_WINDOW per kind
         self.discarded: dict[str, int] = {}  # generations dropped because the context moved
         self.last_raw: dict[str, str] = {}
+        # The text of the last subtask turn, on /diagnostics: what the prompt templates made of
+        # the language and joint state (a prompts file is checked against it).
+        self.last_prompt: dict[str, str] = {}
         self.last_outcome = ''
         self.unconfirmed = 0  # looks whose new subtask awaited confirmation
         # (revision, new subtask, looks in a row that answered it) under subtask_confirmations
@@ -195,7 +198,9 @@ class HighLevelPlanner:
                 self.last_outcome = 'skipped'
                 return self.last_outcome
             messages = prompts.subtask_messages(snap.task, snap.plan, snap.memory, snap.subtask,
-                                                snap.prior_subtask, self.templates)
+                                                snap.prior_subtask, self.templates,
+                                                prompts.observed_joints(observation))
+            self.last_prompt['subtask'] = messages[0]['content']
             text = self._generate('subtask', messages, observation)
             if text is None:
                 self.last_outcome = 'failed'
@@ -344,6 +349,8 @@ class HighLevelPlanner:
                 out[f'latency_p50_s.{kind}'] = statistics.median(window)
             if kind in self.last_raw:
                 out[f'last_raw.{kind}'] = self.last_raw[kind]
+            if kind in self.last_prompt:
+                out[f'last_prompt.{kind}'] = self.last_prompt[kind]
         return out
 
     @staticmethod

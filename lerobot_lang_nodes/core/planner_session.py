@@ -90,10 +90,11 @@ class Verdict:
 class PlannerSession:
     """Inputs in, language state and speech out; one worker thread runs the jobs in order.
 
-    ``observations`` has ``version(sources)``, ``images()``, ``image(camera)`` and
-    ``ground_truth()`` (the node's LatestObservations). ``clock`` is the node clock (sim time
-    in simulation), ``monotonic`` wall-clock pacing. ``after_job`` is called after every job
-    (the node publishes the language state if it changed; False stops the worker).
+    ``observations`` has ``version(sources)``, ``images()``, ``image(camera)``,
+    ``ground_truth()`` and ``joints()`` (the node's LatestObservations). ``clock`` is the node
+    clock (sim time in simulation), ``monotonic`` wall-clock pacing. ``after_job`` is called
+    after every job (the node publishes the language state if it changed; False stops the
+    worker).
     """
 
     def __init__(self, planner: HighLevelPlanner, generator: BackendSlot,
@@ -340,10 +341,15 @@ class PlannerSession:
 
     # --- observations and boundaries ------------------------------------------------------
     def observation(self) -> dict[str, Any]:
-        """What the generator sees: latest images, simulator truth, the language state."""
-        return {'images': self.observations.images(),
-                'ground_truth': self.observations.ground_truth(),
-                'language': self.state.snapshot(), 'time_s': self._clock()}
+        """What the generator sees: latest images, simulator truth, the language state, and
+        the arm's latest joint state (``joint_names``, ``joint_positions``) where one came."""
+        out = {'images': self.observations.images(),
+               'ground_truth': self.observations.ground_truth(),
+               'language': self.state.snapshot(), 'time_s': self._clock()}
+        joints = self.observations.joints()
+        if joints is not None:
+            out['joint_names'], out['joint_positions'] = joints
+        return out
 
     def _look_sources(self) -> tuple[str, ...] | None:
         """The observations the backend decides from: its ``observes`` (the scripted planner:

@@ -10,12 +10,18 @@ config/prompts.yaml), so a checkpoint trained with other wording, or one that ne
 its subtask prompt to re-plan, is served without code changes. Template rule: ``{name}``
 placeholders are filled from the language state; a line whose placeholders all render empty is
 left out (an empty plan drops the ``Plan:`` line); a line without placeholders always stays.
+
+The subtask template may also quote the arm's joint state, ``{joints}``: ``render_joints`` is
+the one renderer of it, used by the planner node, the planner trainer, its evaluation and the
+export's annotation alike, so a model sees at deployment exactly the text it was trained on.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import string
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,7 +32,7 @@ Message = dict[str, Any]
 
 # Placeholders each template may use (anything else is refused when the file is loaded).
 PLACEHOLDERS: dict[str, tuple[str, ...]] = {
-    'subtask': ('task', 'plan', 'memory', 'subtask', 'prior_subtask'),
+    'subtask': ('task', 'plan', 'memory', 'subtask', 'prior_subtask', 'joints'),
     'memory_previous': ('memory',),
     'memory_completed': ('prior_subtask',),
     'interjection': ('interjection', 'task', 'plan'),
@@ -67,6 +73,12 @@ class PromptTemplates:
         if not isinstance(self.system_prompt, str):
             raise ConfigError(f'system_prompt: got {self.system_prompt!r}, expected a string',
                               field='system_prompt')
+
+    def uses(self, placeholder: str) -> bool:
+        """Whether any template quotes ``placeholder`` (the planner subscribes to the joint
+        state only when one quotes ``joints``)."""
+        return any(f == placeholder for name in PLACEHOLDERS
+                   for _, f, _, _ in string.Formatter().parse(getattr(self, name)))
 
     def render(self, name: str, **values: str) -> str:
         """Fill template ``name``; lines whose placeholders are all empty are dropped."""
@@ -110,6 +122,36 @@ def load_templates(path: str | Path, system_prompt: str | None = None) -> Prompt
         raise ConfigError(f'prompts file {str(path)!r}: {exc}', field=exc.field) from exc
 
 
+JOINT_DECIMALS = 2  # 0.01 rad (0.6 degrees): finer than a tiny model can use, few tokens
+
+
+def render_joints(names: Sequence[str], positions: Sequence[float]) -> str:
+    """The ``{joints}`` text: joint positions (REP-103: radians, metres for a prismatic joint,
+    the gripper as the robot's joint state gives it) with ``JOINT_DECIMALS`` decimals, space
+    separated, sorted by joint name, so a JointState in any order renders the same and the
+    names need no tokens. '' when the state is unknown (no joints, names and positions of
+    different lengths, a value that is not finite): the template's joints line is left out.
+    """
+    names = list(names or ())
+    values = [float(v) for v in (positions if positions is not None else ())]
+    if not names or len(names) != len(values) or not all(math.isfinite(v) for v in values):
+        return ''
+    out = []
+    for _name, value in sorted(zip(names, values), key=lambda nv: nv[0]):
+        text = f'{value:.{JOINT_DECIMALS}f}'
+        out.append('0.00' if text == '-0.00' else text)  # no sign the model must learn twice
+    return ' '.join(out)
+
+
+def observed_joints(observation: Mapping[str, Any] | None) -> str:
+    """``render_joints`` of an observation's ``joint_names`` and ``joint_positions`` (the keys
+    the policy and planner observations use); '' without them."""
+    if not observation:
+        return ''
+    return render_joints(observation.get('joint_names') or (),
+                         observation.get('joint_positions'))
+
+
 def _user(content: Any) -> Message:
     return {'role': 'user', 'content': content}
 
@@ -119,15 +161,17 @@ DEFAULT_TEMPLATES = PromptTemplates()
 
 def subtask_messages(task: str, plan: str = '', memory: str = '', subtask: str = '',
                      prior_subtask: str = '',
-                     templates: PromptTemplates = DEFAULT_TEMPLATES) -> list[Message]:
+                     templates: PromptTemplates = DEFAULT_TEMPLATES,
+                     joints: str = '') -> list[Message]:
     """``[user: task ...]`` -> the model answers with the current subtask.
 
-    One user turn: the ``subtask`` template filled with the language state. The default
-    template is the task alone; config/prompts.yaml adds the plan, so that a model re-plans
-    after an interjection.
+    One user turn: the ``subtask`` template filled with the language state (and ``joints``,
+    the ``render_joints`` text of the arm's state). The default template is the task alone;
+    config/prompts.yaml adds the plan, so that a model re-plans after an interjection.
     """
     return [_user(templates.render('subtask', task=task, plan=plan, memory=memory,
-                                   subtask=subtask, prior_subtask=prior_subtask))]
+                                   subtask=subtask, prior_subtask=prior_subtask,
+                                   joints=joints))]
 
 
 def memory_messages(task: str, prior_memory: str, prior_subtask: str,

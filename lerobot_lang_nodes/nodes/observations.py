@@ -1,4 +1,5 @@
-"""Latest camera frames and simulator ground truth, as the planner and the policy keep them."""
+"""Latest camera frames, simulator ground truth and joint state, as the planner and the policy
+keep them."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
-from sensor_msgs.msg import CompressedImage, Image
+from sensor_msgs.msg import CompressedImage, Image, JointState
 from std_msgs.msg import String
 
 from lerobot_lang_nodes.core.images import ImageFormatError
@@ -30,6 +31,10 @@ class LatestObservations:
     ``transport`` 'compressed' subscribes ``<image topic>/compressed`` (image_transport's
     name; a policy on another computer than the cameras) and decodes each JPEG into the same
     HxWx3 uint8 RGB array the raw path gives.
+
+    ``joint_states_topic`` (a sensor_msgs/JointState; empty: not subscribed) keeps the arm's
+    newest joint names and positions for ``joints()``; a sample is no news to look at (it
+    comes at the control rate), only the state the next look quotes.
     """
 
     GROUND_TRUTH = 'ground_truth'
@@ -38,12 +43,13 @@ class LatestObservations:
                  ground_truth_topic: str = '',
                  on_update: Callable[[str], None] | None = None,
                  on_truth: Callable[[dict, int | None], None] | None = None,
-                 transport: str = 'raw') -> None:
+                 transport: str = 'raw', joint_states_topic: str = '') -> None:
         self._node = node
         self._lock = threading.Lock()
         self._images: dict[str, np.ndarray] = {}
         self._stamps: dict[str, float] = {}
         self._truth: dict | None = None
+        self._joints: tuple[list[str], np.ndarray] | None = None
         self._counts: dict[str, int] = {}
         self._on_update = on_update
         self._on_truth_hook = on_truth
@@ -59,6 +65,14 @@ class LatestObservations:
         self._truth_topic = ground_truth_topic
         if ground_truth_topic:
             node.create_subscription(String, ground_truth_topic, self._on_truth, qos.LATCHED)
+        if joint_states_topic:
+            node.create_subscription(JointState, joint_states_topic, self._on_joints,
+                                     qos.SENSOR)
+
+    def _on_joints(self, msg: JointState) -> None:
+        joints = (list(msg.name), np.asarray(msg.position, dtype=np.float64))
+        with self._lock:
+            self._joints = joints
 
     def _on_image(self, camera: str, msg: Image | CompressedImage) -> None:
         try:
@@ -114,3 +128,9 @@ class LatestObservations:
     def ground_truth(self) -> dict | None:
         with self._lock:
             return self._truth
+
+    def joints(self) -> tuple[list[str], np.ndarray] | None:
+        """(names, positions) of the newest joint state; None before one came (or without
+        ``joint_states_topic``)."""
+        with self._lock:
+            return self._joints

@@ -46,6 +46,8 @@ from lerobot_lang_nodes.nodes.observations import LatestObservations
 from lerobot_lang_nodes.nodes.params import declare_config, reject_unknown_parameters
 from lerobot_lang_nodes.nodes.publishing import PublishError, PublishGuard
 
+# The arm's joint state (the SO-101 driver's and the simulator's): remap it like any topic.
+JOINT_STATES_TOPIC = 'joint_states'
 
 
 @dataclass(frozen=True)
@@ -199,11 +201,11 @@ class PlannerNode(Node):
                            for k in ('subtask', 'memory', 'plan')}
         self._speech_pub = self.create_publisher(String, 'speech', qos.COMMAND)
         self._vqa_log_pub = self.create_publisher(String, 'vqa_log', qos.COMMAND)
-        self.observations = LatestObservations(self, self.cfg.cameras,
-                                               self.cfg.image_topic_pattern,
-                                               self.cfg.ground_truth_topic,
-                                               on_update=self._on_observation,
-                                               on_truth=self._on_truth)
+        # The arm's joint state only for prompt templates that quote it ({joints}).
+        self.observations = LatestObservations(
+            self, self.cfg.cameras, self.cfg.image_topic_pattern, self.cfg.ground_truth_topic,
+            on_update=self._on_observation, on_truth=self._on_truth,
+            joint_states_topic=JOINT_STATES_TOPIC if templates.uses('joints') else '')
         self.session = PlannerSession(
             self.planner, self.generator,
             SessionConfig(backend=self.cfg.backend, model_path=self.cfg.model_path,

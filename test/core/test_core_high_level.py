@@ -427,3 +427,27 @@ def test_the_subtask_changes_only_when_the_last_looks_all_agree(answers, need):
         if outcome == 'changed':
             held = answer
         assert planner.state.subtask == held
+
+
+def test_the_subtask_prompt_quotes_the_observed_joint_state():
+    """A template with {joints}: each look renders the joint state of the observation it was
+    given (core/prompts.py render_joints); a look without one leaves the line out. The text
+    is on the diagnostics (last_prompt.subtask)."""
+    import numpy as np
+
+    from lerobot_lang_nodes.core import prompts
+    gen = ScriptedGenerator(subtask=['reach the red cube', 'grasp the red cube', 'lift it'])
+    templates = prompts.PromptTemplates(subtask='{task}\nJoints: {joints}')
+    planner = HighLevelPlanner(gen, LanguageState(), HighLevelConfig(enable_memory=False),
+                               templates)
+    planner.set_task('put the red cube in the bowl')
+    planner.regenerate(0.0, {'joint_names': ['shoulder_pan', 'gripper'],
+                             'joint_positions': np.array([0.4, 1.0])})
+    planner.regenerate(1.0, {'joint_names': ['shoulder_pan', 'gripper'],
+                             'joint_positions': np.array([-0.123, 0.2])})
+    planner.regenerate(2.0, {'images': {}})
+    prompts_sent = [messages[0]['content'] for kind, messages, _ in gen.calls]
+    assert prompts_sent == ['put the red cube in the bowl\nJoints: 1.00 0.40',
+                            'put the red cube in the bowl\nJoints: 0.20 -0.12',
+                            'put the red cube in the bowl']
+    assert planner.stats()['last_prompt.subtask'] == 'put the red cube in the bowl'

@@ -104,3 +104,50 @@ def test_the_stateful_prompts_file_quotes_where_the_task_stands():
                                     templates=t)[0]['content']
     assert text.splitlines() == [task, f'Plan: {task}', 'Memory: red cube found',
                                  'Current subtask: reach the red cube']
+
+
+def test_joints_render_in_radians_sorted_by_name_with_two_decimals():
+    # A JointState in any order renders the same: the text depends on the names, not the order.
+    names = ['shoulder_pan', 'gripper', 'elbow_flex']
+    assert prompts.render_joints(names, [0.4, 1.2345, -1.005]) == '-1.00 1.23 0.40'
+    assert prompts.render_joints(names[::-1], [-1.005, 1.2345, 0.4]) == '-1.00 1.23 0.40'
+    assert prompts.render_joints(['a'], [-0.001]) == '0.00'  # no negative zero
+    # Unknown state: nothing (the joints line is left out).
+    assert prompts.render_joints([], []) == ''
+    assert prompts.render_joints(['a', 'b'], [0.1]) == ''
+    assert prompts.render_joints(['a'], [float('nan')]) == ''
+    assert prompts.observed_joints(None) == ''
+    assert prompts.observed_joints({'images': {}}) == ''
+    import numpy as np
+    assert prompts.observed_joints({'joint_names': ['b', 'a'],
+                                    'joint_positions': np.array([0.5, -0.25])}) == '-0.25 0.50'
+
+
+def test_the_subtask_template_quotes_the_joints_and_drops_the_line_without_them():
+    t = prompts.PromptTemplates(subtask='{task}\nJoints: {joints}\nNow: {subtask}')
+    assert t.uses('joints') and not prompts.DEFAULT_TEMPLATES.uses('joints')
+    assert prompts.subtask_messages('clean', subtask='wipe', templates=t,
+                                    joints='0.10 -0.20')[0]['content'] == \
+        'clean\nJoints: 0.10 -0.20\nNow: wipe'
+    assert prompts.subtask_messages('clean', subtask='wipe', templates=t)[0]['content'] == \
+        'clean\nNow: wipe'
+    from lerobot_lang_nodes.core.errors import ConfigError
+    import pytest
+    with pytest.raises(ConfigError, match=r"unknown placeholder\(s\) \['joints'\]"):
+        prompts.PromptTemplates(memory_previous='{joints}')  # only the subtask turn has them
+
+
+def test_the_joints_prompts_file_is_the_stateful_one_plus_the_joint_state():
+    """config/prompts_joints.yaml (the closed loop's planner wording): the stateful prompt,
+    then the arm's joint state."""
+    from lerobot_lang_nodes import paths
+    stateful = prompts.load_templates(paths.config_path('prompts_stateful.yaml'))
+    t = prompts.load_templates(paths.config_path('prompts_joints.yaml'))
+    assert t.uses('joints')
+    task = 'put the red cube in the bowl'
+    args = (task, task, 'red cube found', 'reach the red cube')
+    assert prompts.subtask_messages(*args, templates=t) == \
+        prompts.subtask_messages(*args, templates=stateful)  # no joint state: no line
+    text = prompts.subtask_messages(*args, templates=t, joints='0.10 0.20')[0]['content']
+    assert text.splitlines() == [task, f'Plan: {task}', 'Memory: red cube found',
+                                 'Current subtask: reach the red cube', 'Joints: 0.10 0.20']

@@ -39,6 +39,7 @@ class Observations:
         self.truth: dict | None = None
         self.count = 0
         self.frames: dict = {}
+        self.joint_state: tuple | None = None
 
     def version(self, sources):
         return tuple(self.count if s == 'ground_truth' else 0 for s in sources)
@@ -51,6 +52,9 @@ class Observations:
 
     def ground_truth(self):
         return self.truth
+
+    def joints(self):
+        return self.joint_state
 
 
 class Clock:
@@ -299,3 +303,41 @@ def test_the_planner_goes_on_during_teleop_and_a_handback_starts_a_revision(rig)
     settle(session)
     after = session.state.snapshot()
     assert after.mode == 'action' and after.flush_revision > before.revision
+
+
+def test_the_latest_joint_state_is_in_the_observation_and_the_subtask_prompt():
+    """The node's joint state (names, radians) is part of what every look sees; a prompts
+    file with {joints} quotes it; before any joint state the line is left out."""
+    import numpy as np
+
+    from lerobot_lang_nodes.core import prompts
+
+    class Recorder(Backend):
+        def __init__(self) -> None:
+            super().__init__()
+            self.seen: list[tuple[str, dict]] = []
+
+        def generate(self, kind, messages, observation):
+            self.seen.append((messages[0]['content'], observation))
+            return super().generate(kind, messages, observation)
+
+    backend, slot, obs = Recorder(), BackendSlot(), Observations()
+    planner = HighLevelPlanner(slot, LanguageState(), HighLevelConfig(enable_memory=False),
+                               prompts.PromptTemplates(subtask='{task}\nJoints: {joints}'))
+    session = PlannerSession(planner, slot, SessionConfig(revision_wait_s=0.0), obs,
+                             clock=Clock(), log=lambda lvl, text: None)
+    session.load(lambda: backend)
+    session.start()
+    try:
+        session.on_task('put the red cube in the bowl')
+        settle(session)
+        obs.joint_state = (['shoulder_pan', 'gripper'], np.array([0.4, 1.0]))
+        session.on_task('put the blue cube in the bowl')
+        settle(session)
+    finally:
+        session.close()
+    (first, seen_first), (second, seen_second) = backend.seen
+    assert first == 'put the red cube in the bowl' and 'joint_names' not in seen_first
+    assert second == 'put the blue cube in the bowl\nJoints: 1.00 0.40'
+    assert seen_second['joint_names'] == ['shoulder_pan', 'gripper']
+    assert list(seen_second['joint_positions']) == [0.4, 1.0]

@@ -11,14 +11,14 @@ import time
 
 import pytest
 from diagnostic_msgs.msg import DiagnosticArray
-from sensor_msgs.msg import Image
+from sensor_msgs.msg import Image, JointState
 from std_msgs.msg import String
 
 from lerobot_lang_msgs.action import RunTask
 from lerobot_lang_msgs.msg import LanguageContext, RuntimeStatus
 from lerobot_lang_msgs.srv import AskVqa
 from lerobot_lang_nodes.nodes import qos
-from lerobot_lang_nodes.testing import action_client, require_ml
+from lerobot_lang_nodes.testing import action_client, require_ml, wait_until
 
 require_ml('transformers')
 from lerobot_lang_nodes.core import prompts  # noqa: E402
@@ -29,6 +29,8 @@ STATUS_NAME = 'planner: text generation'
 TEMPLATES = {'system_prompt': 'You plan the steps of a robot arm.',
              'subtask': '{task}\nPlan: {plan}\nCurrent subtask: {subtask}\nNext subtask?'}
 MUTE_TASK = 'stand still'  # trained to produce nothing: an empty generation
+# The SO-101's joint_states (radians), as the driver and the simulator publish them.
+JOINTS = ['shoulder_pan', 'shoulder_lift', 'elbow_flex', 'wrist_flex', 'wrist_roll', 'gripper']
 
 
 @pytest.fixture(scope='module')
@@ -133,6 +135,8 @@ def test_vqa_answers_depend_on_the_scene_image(launch_node, probe, scene):
     start_planner(launch_node, probe, model, prompts_file)
     wait_status(diag, ready, 'the model loaded')
     camera = probe.publisher(Image, 'cameras/front/image_raw', qos.SENSOR, wait_subscribers=1)
+    # Its prompts do not quote {joints}: the planner does not listen to the arm.
+    assert probe.node.count_subscribers('joint_states') == 0
 
     def ask_about(colour: str) -> str:
         frame = vlm.scene_image(colour)
@@ -155,6 +159,49 @@ def test_vqa_answers_depend_on_the_scene_image(launch_node, probe, scene):
     assert ask_about('red') == 'the red cube'
     assert ask_about('blue') == 'the blue cube'
     assert ask_about('red') == 'the red cube'
+
+
+def test_the_subtask_prompt_quotes_the_arm_s_latest_joint_state(launch_node, probe, scene,
+                                                               tmp_path):
+    """A prompts file whose subtask turn quotes {joints}: the planner subscribes to
+    joint_states and its next subtask prompt carries the latest state, rendered as the planner
+    trainer renders a dataset's (core/prompts.py render_joints); the turn it sent is on
+    /diagnostics (last_prompt.subtask)."""
+    import yaml
+    model, _ = scene
+    prompts_file = tmp_path / 'prompts.yaml'
+    subtask = TEMPLATES['subtask'] + '\nJoints: {joints}'
+    prompts_file.write_text(yaml.safe_dump({**TEMPLATES, 'subtask': subtask}))
+    diag = probe.subscribe(DiagnosticArray, 'diagnostics', qos.STATUS)
+    proc = start_planner(launch_node, probe, model, prompts_file)
+    wait_status(diag, ready, 'the model loaded')
+    arm = probe.publisher(JointState, 'joint_states', qos.SENSOR, wait_subscribers=1)
+    task = probe.publisher(String, 'task', qos.LATCHED, wait_subscribers=1)
+    status = probe.publisher(RuntimeStatus, 'runtime_status', qos.STATUS, wait_subscribers=1)
+    task.publish(String(data=vlm.SCENE_TASK))
+    pose = [0.4, -1.2, 1.05, 0.3, -0.01, 0.52]
+    # Sorted by joint name: elbow_flex, gripper, shoulder_lift, shoulder_pan, wrist_flex,
+    # wrist_roll.
+    assert prompts.render_joints(JOINTS, pose) == '1.05 0.52 -1.20 0.40 0.30 -0.01'
+    wanted = f'Joints: {prompts.render_joints(JOINTS, pose)}'
+
+    def prompt_quotes_the_pose() -> bool:
+        # Best-effort samples at the control rate: the latest one is quoted at the next look
+        # (a chunk boundary: the executor asking for its next chunk).
+        arm.publish(JointState(name=JOINTS, position=pose))
+        for needs_refill in (False, True):
+            status.publish(RuntimeStatus(mode=RuntimeStatus.MODE_ACTION,
+                                         needs_refill=needs_refill))
+        last = diag.last
+        return last is not None and any(
+            s.name == STATUS_NAME and values_of(s).get('last_prompt.subtask', '').endswith(
+                wanted) for s in last.status)
+
+    wait_until(prompt_quotes_the_pose, 30.0, f'a subtask prompt ending {wanted!r}', [proc],
+               poll_s=0.2)
+    prompt = next(values_of(s)['last_prompt.subtask'] for s in diag.last.status
+                  if s.name == STATUS_NAME)
+    assert prompt.splitlines()[0] == vlm.SCENE_TASK and proc.alive
 
 
 # --- faults --------------------------------------------------------------------------------
