@@ -103,6 +103,10 @@ def _planner_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument('--lr', type=float, default=3e-3, help='learning rate (default 3e-3)')
     p.add_argument('--check', type=int, default=8,
                    help='subtask examples answered by the planner backend after training')
+    p.add_argument('--calibration', default='',
+                   help='prompts that quote {joints} on a --units lerobot dataset: the '
+                        'calibration id or JSON path the export was given (default: the '
+                        'simulated arm\'s nominal calibration, the export\'s default)')
 
 
 def _run_planner(args: argparse.Namespace) -> int:
@@ -117,7 +121,8 @@ def _run_planner(args: argparse.Namespace) -> int:
             vision_size=args.vision_size,
             max_examples=args.max_examples,
             kinds=tuple(k for k in args.kinds.split(',') if k),
-            prompts_file=args.prompts_file, lr=args.lr, check_examples=args.check)
+            prompts_file=args.prompts_file, lr=args.lr, check_examples=args.check,
+            calibration=args.calibration)
     except (DatasetError, SettingsError) as exc:
         print(f'train-planner: {exc}', file=sys.stderr)
         return 2

@@ -179,6 +179,22 @@ class Session:
     truth: list[tuple[float, str]] = field(default_factory=list)
 
 
+def lerobot_state_units(joint_names: Sequence[str], calibration: str = '') -> Any:
+    """The StateUnits of ``--units lerobot`` for SO-101 ``joint_names``: radians <-> LeRobot's
+    units (degrees, gripper 0..100) with the arm's calibration (``calibration``: a LeRobot
+    calibration id or JSON path) or, without one, the simulated arm's nominal calibration (its
+    MJCF joint ranges). A trainer reading such a dataset converts back with the same one."""
+    from lerobot_lang_nodes.backends.policies.lerobot_policy import (StateUnits,
+                                                                   nominal_sim_calibration)
+    from lerobot_lang_nodes.so101.calibration import load_calibration
+    if calibration:
+        is_path = calibration.endswith('.json') or os.sep in calibration
+        cal = load_calibration(path=calibration) if is_path else load_calibration(calibration)
+        return StateUnits(cal, 'degrees', order=joint_names)
+    cal, zero = nominal_sim_calibration()
+    return StateUnits(cal, 'degrees', order=joint_names, zero_rad=zero)
+
+
 def control_source(mode: str, source: str = '', dry_run: bool = False) -> str:
     """Who commanded the arm according to one RuntimeStatus: its control_source, or for bags
     recorded before that field existed, the mode's (a dry run commands nothing)."""
@@ -762,20 +778,11 @@ class Exporter:
     def _converter(self, s: Session) -> Callable[[np.ndarray], np.ndarray]:
         if self.opt.units == 'radians':
             return lambda v: v
-        from lerobot_lang_nodes.backends.policies.lerobot_policy import (
-            StateUnits, nominal_sim_calibration)
-        from lerobot_lang_nodes.so101.calibration import JOINT_NAMES, load_calibration
+        from lerobot_lang_nodes.so101.calibration import JOINT_NAMES
         if set(s.joint_names) - set(JOINT_NAMES):
             raise ExportError(f'--units lerobot converts SO-101 joints {list(JOINT_NAMES)}; the '
                               f'bags have {list(s.joint_names)}')
-        if self.opt.calibration:
-            cal_arg = self.opt.calibration
-            is_path = cal_arg.endswith('.json') or os.sep in cal_arg
-            cal = load_calibration(path=cal_arg) if is_path else load_calibration(cal_arg)
-            conv = StateUnits(cal, 'degrees', order=s.joint_names)
-        else:  # the simulated arm: its MJCF joint ranges stand for a calibration
-            cal, zero = nominal_sim_calibration()
-            conv = StateUnits(cal, 'degrees', order=s.joint_names, zero_rad=zero)
+        conv = lerobot_state_units(s.joint_names, self.opt.calibration)
         return lambda v: conv.to_lerobot(v)
 
     def run(self) -> ExportResult:

@@ -10,10 +10,12 @@ the semantics LeRobot's recipes train with. Nothing here imports torch at module
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from lerobot_lang_nodes.so101.calibration import JOINT_NAMES
 
@@ -142,6 +144,42 @@ def check_so101_units(info: DatasetInfo) -> None:
         raise DatasetError(f'dataset folder {str(info.root)!r}: {STATE_KEY} and {ACTION_KEY} '
                            f'list the joints in different orders ({state} / {action}); the '
                            'policy backend orders both by the action names')
+
+
+LEROBOT_SUFFIX = '.pos'  # `export --units lerobot` names a joint '<joint>.pos'
+
+
+def state_in_radians(info: DatasetInfo, calibration: str = ''
+                     ) -> tuple[list[str], Callable[[Any], np.ndarray]]:
+    """The joint names of ``observation.state`` as the robot's joint_states names them, and a
+    function from one state vector to those joints' positions in radians (REP-103), as the
+    planner node receives them.
+
+    A dataset exported in ROS units (plain joint names) holds radians already; one exported
+    with ``--units lerobot`` ('<joint>.pos': degrees, gripper 0..100) is converted back with
+    the export's own conversion and calibration (``calibration``: the id or JSON path given to
+    the export; '' = the simulated arm's nominal calibration, the export's default).
+    Raises DatasetError when the names say neither, SettingsError for a bad calibration.
+    """
+    names = info.state_names
+    lerobot = [n.endswith(LEROBOT_SUFFIX) for n in names]
+    if names and not any(lerobot):
+        return names, lambda v: np.asarray(v, dtype=np.float64)
+    joints = [n[:-len(LEROBOT_SUFFIX)] for n in names]
+    if not names or not all(lerobot) or set(joints) - set(JOINT_NAMES):
+        raise DatasetError(
+            f'dataset folder {str(info.root)!r}: the units of {STATE_KEY} (names {names}) are '
+            'unknown, so its joint state cannot be rendered as the planner node sees it '
+            '(radians): expected the joint names of joint_states (ROS units, `lerobot-lang '
+            f'export`) or SO-101 joints {[j + LEROBOT_SUFFIX for j in JOINT_NAMES]} '
+            '(--units lerobot)')
+    from lerobot_lang_nodes.recording.dataset import lerobot_state_units
+    from lerobot_lang_nodes.so101.errors import CalibrationError
+    try:
+        units = lerobot_state_units(joints, calibration)
+    except CalibrationError as exc:
+        raise SettingsError(f'calibration {calibration!r}: {exc}') from exc
+    return joints, units.to_radians
 
 
 def check_output_dir(path: str | Path) -> Path:

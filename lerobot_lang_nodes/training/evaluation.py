@@ -58,7 +58,7 @@ def eval_plan(eval_seed: int, n: int) -> list[tuple[int, str]]:
 
 
 def score_planner(model_dir: Path, params: dict[str, Any], dataset: Path, max_frames: int,
-                  repo_id: str = REPO_ID) -> dict[str, Any]:
+                  repo_id: str = REPO_ID, calibration: str = '') -> dict[str, Any]:
     """The learned planner's subtask at frames of a held-out dataset against the scripted
     planner's subtask active at that frame (the `transformers` backend itself, on the prompts
     the planner node sends: training/planner.py's subtask turn).
@@ -67,7 +67,9 @@ def score_planner(model_dir: Path, params: dict[str, Any], dataset: Path, max_fr
     accuracy); every frame where the scripted subtask changes (the answer must move on); and
     the frame before each of those (the answer must stay: the old subtask is not done yet).
     Sampled frames are mostly stretches of one subtask, so the last two say what the first
-    hides: whether the planner moves on when it should, and not before.
+    hides: whether the planner moves on when it should, and not before. Prompts that quote
+    ``{joints}`` get each frame's state as the trainer renders it (``calibration``: the
+    export's, for a --units lerobot dataset).
     """
     from types import SimpleNamespace
 
@@ -77,12 +79,12 @@ def score_planner(model_dir: Path, params: dict[str, Any], dataset: Path, max_fr
     from lerobot_lang_nodes.backends.planners.transformers_planner import (TransformersConfig,
                                                                         TransformersPlanner)
     from lerobot_lang_nodes.core import prompts
-    from lerobot_lang_nodes.training.data import IMAGE_PREFIX
-    from lerobot_lang_nodes.training.planner import read_frames, subtask_candidates
+    from lerobot_lang_nodes.training.data import IMAGE_PREFIX, check_dataset
+    from lerobot_lang_nodes.training.planner import frames_of, subtask_candidates
 
     templates = prompts.load_templates(Path(params['prompts_file']), None)
     ds = LeRobotDataset(repo_id, root=dataset, video_backend='pyav')
-    frames = read_frames(ds)
+    frames = frames_of(ds, check_dataset(dataset, need_cameras=False), templates, calibration)
     # Every frame with a task and an active subtask (one segment per frame).
     every = subtask_candidates(frames, templates, frames_per_segment=10**9)
     sampled = every

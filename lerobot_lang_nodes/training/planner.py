@@ -7,9 +7,12 @@ the subtask active at ``t`` (the ``language_persistent`` subtask row with the la
 <= t, LeRobot's ``active_at``); the prompt is what the planner would have sent just before
 deciding at ``t``: the task, the plan active at ``t``, and the subtask and memory active at
 the frame before (the planner's current subtask and memory), with the frames of
-``image_cameras`` at ``t``. When the dataset has them, the memory turns (each memory change:
-previous memory and completed subtask -> new memory) and the interjection turns (task and
-interjection, with the frames -> the new plan and ``<say>`` speech) are learned too.
+``image_cameras`` at ``t``, and, where the prompt templates quote ``{joints}``, the arm's joint
+state at ``t``: ``observation.state`` in radians (converted back from ``--units lerobot``),
+rendered by the planner node's own ``render_joints``. When the dataset has them, the memory
+turns (each memory change: previous memory and completed subtask -> new memory) and the
+interjection turns (task and interjection, with the frames -> the new plan and ``<say>``
+speech) are learned too.
 
 Identical rendering at training and deployment: the messages come from the planner's own
 prompt builders (core/prompts.py) with the same prompt templates (``config/prompts.yaml``
@@ -18,9 +21,10 @@ unless ``--prompts-file``), the camera frames are attached by the `transformers`
 and the checkpoint's chat template. The model is vlm.py's tiny Idefics3, with a tokenizer
 trained on the dataset's texts; ``save_pretrained`` writes it for the `transformers` backend.
 
-Frames: consecutive frames with the same prompt text and answer form a segment; up to
-``frames_per_segment`` frames spread over each segment are used (their images differ, the
-text does not), so a long stretch of one subtask does not drown the moments it changes.
+Frames: consecutive frames with the same language in the prompt and the same answer form a
+segment; up to ``frames_per_segment`` frames spread over each segment are used (their images
+and joint state differ, the language does not), so a long stretch of one subtask does not
+drown the moments it changes.
 
 torch and transformers are imported only inside the functions; importing this module is cheap.
 """
@@ -40,10 +44,12 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import numpy as np
+
 from lerobot_lang_nodes.training.data import (EVENTS_KEY, IMAGE_PREFIX, PERSISTENT_KEY,
-                                              DatasetError, SettingsError, check_dataset,
-                                              check_output_dir, language_at, previous_row,
-                                              rows_of)
+                                              STATE_KEY, DatasetError, SettingsError,
+                                              check_dataset, check_output_dir, language_at,
+                                              previous_row, rows_of, state_in_radians)
 
 logger = logging.getLogger(__name__)
 
@@ -64,6 +70,7 @@ class Frame:
     task: str
     persistent: list[dict] = field(default_factory=list)
     events: list[dict] = field(default_factory=list)
+    joints: str = ''  # the {joints} text of the frame's state ('' = not read)
 
 
 @dataclass
@@ -89,22 +96,39 @@ def _scalar(value: Any) -> float:
     return float(value.item() if hasattr(value, 'item') else value)
 
 
-def read_frames(dataset: Any) -> list[Frame]:
-    """The text columns of every frame, read without decoding any video."""
+def read_frames(dataset: Any, joints: tuple[list[str], Any] | None = None) -> list[Frame]:
+    """The text columns of every frame, read without decoding any video.
+
+    ``joints`` (``data.state_in_radians``: joint names and the state's conversion to radians)
+    also renders each frame's ``observation.state`` as the planner node renders its joint
+    state.
+    """
+    from lerobot_lang_nodes.core.prompts import render_joints
+
     columns = ['episode_index', 'timestamp', 'task_index']
     names = set(dataset.hf_dataset.column_names)
     columns += [c for c in (PERSISTENT_KEY, EVENTS_KEY) if c in names]
+    if joints is not None:
+        columns.append(STATE_KEY)
     table = dataset.hf_dataset.select_columns(columns)
     tasks = dataset.meta.tasks
     frames = []
     for i in range(len(table)):
         row = table[i]
+        text = '' if joints is None else render_joints(
+            joints[0], joints[1](np.asarray(row[STATE_KEY], dtype=np.float64)))
         frames.append(Frame(index=i, episode=int(_scalar(row['episode_index'])),
                             timestamp=_scalar(row['timestamp']),
                             task=str(tasks.iloc[int(_scalar(row['task_index']))].name),
                             persistent=list(row.get(PERSISTENT_KEY) or []),
-                            events=list(row.get(EVENTS_KEY) or [])))
+                            events=list(row.get(EVENTS_KEY) or []), joints=text))
     return frames
+
+
+def frames_of(dataset: Any, info: Any, templates: Any, calibration: str = '') -> list[Frame]:
+    """``read_frames``, with each frame's joint state when ``templates`` quote ``{joints}``."""
+    joints = state_in_radians(info, calibration) if templates.uses('joints') else None
+    return read_frames(dataset, joints)
 
 
 def _spread(start: int, stop: int, count: int) -> list[int]:
@@ -142,12 +166,15 @@ def subtask_candidates(frames: Sequence[Frame], templates: Any,
     subtask and memory still quoted) and the new subtask as the answer: what a planner that
     has not moved on yet must answer once the old subtask is visibly done. Without them each
     change is one frame against ``frames_per_segment`` frames of "stay", and a model learns to
-    keep the current subtask (module doc).
+    keep the current subtask (module doc). Those frames quote their own joint state (what a
+    planner looking then would see); segments are runs of one language state and answer, the
+    joint state moving within them.
     """
     from lerobot_lang_nodes.core import prompts
 
     starts = task_start_episodes(frames)
     keyed: list[tuple[Frame, tuple, Candidate]] = []
+    language: list[tuple[str, ...]] = []  # the language quoted by each of keyed
     changes: list[int] = []  # positions in keyed of frames whose answer differs from the quote
     prev: Frame | None = None
     for frame in frames:
@@ -163,14 +190,16 @@ def subtask_candidates(frames: Sequence[Frame], templates: Any,
             then = language_at(frame.persistent, before.timestamp)
             current, memory = then.subtask, then.memory
             prior = previous_row(frame.persistent, before.timestamp, 'subtask')
-        messages = prompts.subtask_messages(frame.task, now.plan, memory, current, prior,
-                                            templates)
-        key = (frame.episode, json.dumps(messages, sort_keys=True), now.subtask)
+        quoted = (frame.task, now.plan, memory, current, prior)
+        messages = prompts.subtask_messages(*quoted, templates, frame.joints)
+        key = (frame.episode, json.dumps(prompts.subtask_messages(*quoted, templates),
+                                         sort_keys=True), now.subtask)
         moves_on = bool(current) and current != now.subtask
         if moves_on:
             changes.append(len(keyed))
         keyed.append((frame, key, Candidate('subtask', messages, now.subtask, frame.index,
                                             moves_on)))
+        language.append(quoted)
     segments: list[tuple[int, int]] = []  # [i, j) runs of one prompt and answer
     i = 0
     while i < len(keyed):
@@ -192,8 +221,9 @@ def subtask_candidates(frames: Sequence[Frame], templates: Any,
             if keyed[i][2].target != change.target or keyed[i][0].index != keyed[c][0].index + 1:
                 continue  # the next stretch is another subtask or another episode
             half = i + max(1, (j - i) // 2)
-            late[c] = [Candidate('subtask', change.messages, change.target, keyed[k][0].index,
-                                 True) for k in _spread(i, half, change_frames)]
+            late[c] = [Candidate('subtask', prompts.subtask_messages(
+                *language[c], templates, keyed[k][0].joints), change.target, keyed[k][0].index,
+                True) for k in _spread(i, half, change_frames)]
     out: list[Candidate] = []
     for i, j in segments:
         for k in _spread(i, j, frames_per_segment):
@@ -358,7 +388,8 @@ def train_planner(dataset_dir: str | Path, output_dir: str | Path, *, steps: int
                   max_examples: int = 256, kinds: Sequence[str] = KINDS,
                   prompts_file: str | Path = '',
                   system_prompt: str | None = None, lr: float = 3e-3,
-                  check_examples: int = 8, vision_size: int = VISION_SIZE) -> dict[str, Any]:
+                  check_examples: int = 8, vision_size: int = VISION_SIZE,
+                  calibration: str = '') -> dict[str, Any]:
     """Train the tiny VLM planner on the dataset in ``dataset_dir``; save it to ``output_dir``.
 
     ``cameras`` and ``image_size`` must be the deploying planner's ``image_cameras`` and
@@ -368,6 +399,8 @@ def train_planner(dataset_dir: str | Path, output_dir: str | Path, *, steps: int
     answered by the `transformers` backend itself (greedy) and the exact matches counted.
     ``vision_size`` is the side the model's vision tower sees a frame at, a multiple of 32:
     (vision_size / 32)^2 image tokens per frame. ``change_frames``: see subtask_candidates.
+    ``calibration``: the export's, for a ``--units lerobot`` dataset whose joint state the
+    templates quote (data.state_in_radians).
     Raises DatasetError (bad dataset or output folder) and SettingsError (bad settings).
     """
     if steps < 1 or frames_per_segment < 1 or max_examples < 1:
@@ -390,6 +423,8 @@ def train_planner(dataset_dir: str | Path, output_dir: str | Path, *, steps: int
                            f'cameras are {list(info.cameras)}')
     out = check_output_dir(output_dir)
     templates, templates_path = _templates(prompts_file, system_prompt)
+    # Before anything heavy: a dataset whose state units are unknown is refused at once.
+    joints = state_in_radians(info, calibration) if templates.uses('joints') else None
 
     t0 = time.monotonic()
     from lerobot.datasets.lerobot_dataset import LeRobotDataset
@@ -397,7 +432,7 @@ def train_planner(dataset_dir: str | Path, output_dir: str | Path, *, steps: int
     from lerobot_lang_nodes.tiny_models import vlm
 
     dataset = LeRobotDataset(REPO_ID, root=info.root, video_backend='pyav')
-    frames = read_frames(dataset)
+    frames = read_frames(dataset, joints)
     candidates = subtask_candidates(frames, templates, frames_per_segment, change_frames)
     if not candidates:
         raise DatasetError(f'dataset folder {str(info.root)!r} has no frame with both a task '
@@ -436,6 +471,9 @@ def train_planner(dataset_dir: str | Path, output_dir: str | Path, *, steps: int
             'subtasks': sorted({c.target for c in candidates if c.kind == 'subtask'}),
             'steps': steps, 'seed': seed, 'lr': lr, 'vision_size': vision_size,
             'frames_per_segment': frames_per_segment, 'change_frames': change_frames,
+            # The prompt's joint state: the dataset's state names, and the calibration that
+            # took a --units lerobot state back to radians ('' = the simulator's nominal).
+            'joints': {'names': joints[0], 'calibration': calibration} if joints else None,
             'subtask_examples_moving_on': sum(c.moves_on for c in candidates),
             'loss_start': loss_start,
             'loss_end': loss_end, 'checked': checked, 'exact_matches': matched,

@@ -441,3 +441,61 @@ def test_a_hierarchical_checkpoint_annotates_with_its_text_head(demonstration, t
         ('subtask', two_head.NEW_SUBTASK, then), ('subtask', two_head.SUBTASK, 0.0)]
     say = next(e for e in events if e['role'] == 'assistant')['tool_calls'][0]['function']
     assert say['arguments'] == {'text': two_head.SPEECH}
+
+
+def test_prompts_that_quote_the_joints_get_the_recorded_joint_state_of_each_look(
+        tmp_path, monkeypatch):
+    """The export's annotation (a synthetic bag, no DDS) with config/prompts_joints.yaml: each
+    subtask prompt quotes the arm's latest recorded joint state at that look (radians),
+    rendered as the planner node renders the JointState it receives, and a planner that
+    decides from it labels the frames where the arm moved."""
+    from lerobot_lang_nodes.testing import require_ml
+    require_ml('lerobot')
+    import pyarrow.parquet as pq
+
+    from lerobot_lang_nodes import paths
+    from lerobot_lang_nodes.core import prompts
+    from lerobot_lang_nodes.recording.dataset import ExportOptions, export
+    reach, grasp = [0.4, -1.2, 1.05, 0.3, -0.01, 0.52], [-0.35, -0.8, 0.9, 0.6, 0.25, 0.05]
+    grasp_line = 'Joints: ' + prompts.render_joints(JOINTS, grasp)
+    reach_line = 'Joints: ' + prompts.render_joints(JOINTS, reach)
+    bag = synthetic.Session()
+    t0 = synthetic.T0
+    for i in range(2 * 30 + 1):  # the arm moves to the grasp pose at 1.1 s
+        t = i / 30 - (0.002 if i else 0.0)
+        bag.joints(t0 + t, np.array(reach if t < 1.1 else grasp))
+    for k in range(21):
+        bag.image(t0 + k * 0.1 - (0.003 if k else 0.0), 'front', 100)
+    for c in range(4):
+        bag.chunk(t0 + c * 0.5 + 0.01, np.zeros((15, len(JOINTS))), revision=1, period=1 / 30)
+    bag.string(t0, '/task', TASK)
+
+    class ByTheArm:
+        """Decides from the joints line of its prompt alone."""
+
+        observes = ()  # no ground truth, no camera
+
+        def __init__(self) -> None:
+            self.prompts: list[str] = []
+
+        def generate(self, kind, messages, observation):
+            if kind != 'subtask':
+                return ''
+            self.prompts.append(messages[0]['content'])
+            return SUBTASKS[1] if self.prompts[-1].endswith(grasp_line) else SUBTASKS[0]
+
+    planner = ByTheArm()
+    monkeypatch.setattr(annotate, 'load_generator', lambda _opt: planner)
+    result = export([bag.write(tmp_path / 'bags')], tmp_path / 'dataset', ExportOptions(
+        fps=10, repo_id='test/joints', episodes_by='task', cameras=('front',),
+        annotate=annotate.AnnotateOptions(rate_hz=5.0, planner=types.SimpleNamespace(
+            prompts_file=str(paths.config_path('prompts_joints.yaml'))))))
+    lines = [p.splitlines()[-1] for p in planner.prompts]
+    assert set(lines) == {reach_line, grasp_line}
+    switch = lines.index(grasp_line)  # reach until the arm moved, grasp from then on
+    assert lines == [reach_line] * switch + [grasp_line] * (len(lines) - switch)
+    rows = pq.read_table(result.root / 'data/chunk-000/file-000.parquet').to_pylist()
+    subtasks = sorted((r['timestamp'], r['content']) for r in rows[0]['language_persistent']
+                      if r['style'] == 'subtask')
+    assert [c for _t, c in subtasks] == SUBTASKS[:2]
+    assert 1.1 < subtasks[1][0] <= 1.3  # the first look (5 Hz) after the arm moved

@@ -86,6 +86,24 @@ def test_change_frames_stay_within_the_episode(templates):
     assert all(c.frame < 20 for c in first) and len(first) == 4
 
 
+def test_the_joint_state_of_each_frame_is_quoted_and_does_not_split_the_segments():
+    """config/prompts_joints.yaml: each example quotes its own frame's joint state (the change
+    frames too, with the change frame's language); the segments are those of the language
+    alone, so a moving arm does not make every frame an example."""
+    joints = prompts.load_templates(ROOT / 'config/prompts_joints.yaml', None)
+    stateful = prompts.load_templates(ROOT / 'config/prompts_stateful.yaml', None)
+    frames = _episode(0, 0)
+    for f in frames:
+        f.joints = f'0.{f.index:02d}'
+    out = subtask_candidates(frames, joints, frames_per_segment=4, change_frames=3)
+    plain = subtask_candidates(_episode(0, 0), stateful, frames_per_segment=4, change_frames=3)
+    assert [(c.frame, c.target, c.moves_on) for c in out] == \
+        [(c.frame, c.target, c.moves_on) for c in plain]
+    for c, p in zip(out, plain):
+        assert c.messages[0]['content'] == \
+            f"{p.messages[0]['content']}\nJoints: 0.{c.frame:02d}"
+
+
 def test_memory_turns_include_the_first_one_where_nothing_is_done_yet(templates):
     # The planner asks for a memory at the task's first subtask too (the task alone); the
     # recording has no memory then, so the answer taught is empty (dropped by the planner).
