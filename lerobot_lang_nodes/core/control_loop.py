@@ -263,6 +263,26 @@ class ControlLoop:
         return True
 
 
+def hold_or_give_up(exc: Exception, *, hold: Callable[[Exception], bool],
+                    report: Callable[[], None], ok: Callable[[], bool],
+                    give_up: Callable[[Exception], None]) -> bool:
+    """The arm nodes' ``on_error``: ``hold(exc)`` (the host's pause-and-hold; False when it
+    gives up) and ``report()``. If the host gives up or the error path itself fails,
+    ``give_up(exc)`` ends the node's control, unless ROS is shutting down (``ok()`` false:
+    the exit path releases the arm and the loop stops). Otherwise the loop goes on: a dead
+    control thread would leave torque or a hold on."""
+    try:
+        keep_going = hold(exc)
+        report()
+    except Exception:  # noqa: BLE001 - the error path itself failed
+        keep_going = False
+    if not keep_going:
+        if not ok():
+            return False
+        give_up(exc)
+    return True
+
+
 class ThrottledLog:
     """``emit(level, text)`` at most once per ``period_s`` per key, with the suppressed count."""
 

@@ -31,8 +31,8 @@ from std_msgs.msg import Float64
 from std_srvs.srv import Trigger
 
 from lerobot_lang_msgs.msg import ActionChunk, LanguageContext, RuntimeStatus
-from lerobot_lang_nodes.core.control_loop import (ControlLoop, Outputs, scheduling_label,
-                                                  set_realtime)
+from lerobot_lang_nodes.core.control_loop import (ControlLoop, Outputs, hold_or_give_up,
+                                                  scheduling_label, set_realtime)
 from lerobot_lang_nodes.core.dispatch_file import DispatchFile
 from lerobot_lang_nodes.core.executor import ChunkExecutor
 from lerobot_lang_nodes.nodes import convert, qos, runner
@@ -368,19 +368,12 @@ class So101DriverNode(LifecycleNode):
             self._publish_diagnostics(now)
 
     def _on_loop_error(self, exc: Exception) -> bool:
-        """An unexpected exception in a cycle: pause and hold (the host), ERROR; a dead
-        control thread would leave torque on, so only the host's give-up ends the loop."""
-        try:
-            keep_going = self.host.loop_error(exc)
-            with self._outputs:
-                self._publish_diagnostics(None)
-        except Exception:  # noqa: BLE001 - the error path itself failed
-            keep_going = False
-        if not keep_going:
-            if not self.context.ok():
-                return False  # shutting down: the exit path releases the arm
-            self._fail_hard(exc)
-        return True
+        return hold_or_give_up(exc, hold=self.host.loop_error, report=self._report_loop_error,
+                               ok=self.context.ok, give_up=self._fail_hard)
+
+    def _report_loop_error(self) -> None:
+        with self._outputs:
+            self._publish_diagnostics(None)
 
     def _count_publish_error(self) -> None:
         self.host.publish_errors += 1

@@ -29,8 +29,8 @@ from rclpy.node import Node
 from sensor_msgs.msg import JointState
 from std_srvs.srv import Trigger
 
-from lerobot_lang_nodes.core.control_loop import (ControlLoop, Outputs, scheduling_label,
-                                                  set_realtime)
+from lerobot_lang_nodes.core.control_loop import (ControlLoop, Outputs, hold_or_give_up,
+                                                  scheduling_label, set_realtime)
 from lerobot_lang_nodes.nodes import convert, qos, runner
 from lerobot_lang_nodes.nodes.diagnostics import make_status
 from lerobot_lang_nodes.nodes.params import (declare_config, ParameterError,
@@ -226,19 +226,12 @@ class So101LeaderNode(Node):
             self._publish_diagnostics()
 
     def _on_loop_error(self, exc: Exception) -> bool:
-        """An unexpected exception in a cycle: the host's hold policy; a dead thread would
-        leave a hold on, so only the host's give-up ends the loop."""
-        try:
-            keep_going = self.host.loop_error(exc)
-            with self._outputs:
-                self._publish_diagnostics()
-        except Exception:  # noqa: BLE001 - the error path itself failed
-            keep_going = False
-        if not keep_going:
-            if not self.context.ok():
-                return False
-            self._fail_hard(exc)
-        return True
+        return hold_or_give_up(exc, hold=self.host.loop_error, report=self._report_loop_error,
+                               ok=self.context.ok, give_up=self._fail_hard)
+
+    def _report_loop_error(self) -> None:
+        with self._outputs:
+            self._publish_diagnostics()
 
     def _count_publish_error(self) -> None:
         self.host.publish_errors += 1

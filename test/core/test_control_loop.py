@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from lerobot_lang_nodes.core.control_loop import (Cadence, ControlLoop, LoopErrors, LoopTicks,
-                                                  Outputs, ThrottledLog,
+                                                  Outputs, ThrottledLog, hold_or_give_up,
                                                   scheduling_label, set_realtime)
 from lerobot_lang_nodes.core.errors import ConfigError
 from lerobot_lang_nodes.core.executor import Chunk, ChunkExecutor, DispatchLog, ExecutorConfig
@@ -105,6 +105,32 @@ def test_loop_errors_give_up_only_after_max_in_a_row():
     assert errors.count == 5 and errors.last == 'ValueError: e'
     with pytest.raises(ConfigError):
         LoopErrors(0)
+
+
+@pytest.mark.parametrize('host, report, ros_ok, goes_on, gave_up', [
+    ('holds', 'ok', True, True, False),          # paused and holding: the loop goes on
+    ('gives up', 'ok', True, True, True),        # too many in a row: control ends, loop lives
+    ('holds', 'fails', True, True, True),        # the error path itself failed: same
+    ('gives up', 'ok', False, False, False),     # ROS shutting down: stop, the exit releases
+])
+def test_the_arm_error_policy_holds_gives_up_or_stops_on_shutdown(host, report, ros_ok, goes_on,
+                                                                  gave_up):
+    seen = {'held': [], 'reported': 0, 'gave_up': []}
+
+    def hold(exc):
+        seen['held'].append(exc)
+        return host == 'holds'
+
+    def report_now():
+        seen['reported'] += 1
+        if report == 'fails':
+            raise RuntimeError('diagnostics refused')
+
+    exc = ValueError('servo 3 answered garbage')
+    assert hold_or_give_up(exc, hold=hold, report=report_now, ok=lambda: ros_ok,
+                           give_up=seen['gave_up'].append) is goes_on
+    assert seen['held'] == [exc] and seen['reported'] == 1
+    assert seen['gave_up'] == ([exc] if gave_up else [])
 
 
 def test_throttled_log_counts_what_it_suppressed_and_survives_a_broken_sink():
