@@ -13,6 +13,7 @@ user runs it (a subprocess with this interpreter) and reserves its own ROS domai
 from __future__ import annotations
 
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -84,8 +85,8 @@ def test_trained_checkpoints_load_through_the_backends_and_drive_the_graph(loop)
     params = trained['planner']['planner_parameters']
     assert params['transformers.image_cameras'] == ['front', 'wrist']
     assert trained['planner']['vision_size'] == 64
-    assert 'Current subtask: {subtask}' in (work / trained['planner']['path']
-                                            / 'prompts.yaml').read_text()
+    wording = (work / trained['planner']['path'] / 'prompts.yaml').read_text()
+    assert 'Current subtask: {subtask}' in wording and 'Joints: {joints}' in wording
     deployed = json.loads((work / 'deploy.json').read_text())
     collected = json.loads((work / 'collect.json').read_text())
     assert not ({s['seed'] for s in collected['scenes']}
@@ -103,6 +104,10 @@ def test_trained_checkpoints_load_through_the_backends_and_drive_the_graph(loop)
     assert float(planner['latency_p50_s.subtask']) > 0.0
     assert planner['failures.subtask'] == '0' and planner['timeouts.subtask'] == '0'
     assert run['distinct_subtasks'] or int(planner['empty.subtask']) > 0, planner
+    # It quoted the arm's joint_states in its subtask prompt: six joints, radians, rendered as
+    # the trainer rendered the dataset's state.
+    joints = planner['last_prompt.subtask'].splitlines()[-1]
+    assert re.fullmatch(r'Joints:( -?\d+\.\d\d){6}', joints), planner['last_prompt.subtask']
     assert all(code == 0 for code in run['exit_codes'].values()), run['exit_codes']
     baseline = deployed['configs']['scripted_planner+scripted_policy']
     assert baseline['chunks'] > 0 and baseline['distinct_subtasks']
