@@ -15,14 +15,18 @@ from lerobot_lang_nodes.core import camera_info
 from lerobot_lang_nodes.core.param_names import dotted
 from lerobot_lang_nodes.so101.calibration import JOINT_NAMES
 
-TOP_KEYS = ('port', 'calibration', 'cameras', 'safety', 'policy', 'planner')
+TOP_KEYS = ('port', 'calibration', 'cameras', 'safety', 'execution', 'policy', 'planner')
 CAMERA_KEYS = ('source', 'width', 'height', 'fps', 'fourcc', 'publish_compressed',
                'camera_info_url')
 SAFETY_KEYS = ('max_relative_target_rad', 'command_timeout_s')
+# Robot YAML `execution:` key -> so101_driver parameter: how chunks are played. A policy slower
+# than its chunk lasts (a VLA on a CPU) is played as LeRobot's synchronous rollout plays it
+# with time_align false and max_chunk_age_s 0: each chunk from its first action on arrival.
+EXECUTION_KEYS = ('time_align', 'max_chunk_age_s')
 # Robot YAML `policy:` key -> policy node parameter (the `lerobot` backend's settings).
 POLICY_KEYS = {'path': 'model_path', 'device': 'device', 'dtype': 'dtype',
                'camera_map': 'lerobot.camera_map', 'state_units': 'lerobot.state_units',
-               'condition_on': 'condition_on'}
+               'condition_on': 'condition_on', 'inference_timeout_s': 'inference_timeout_s'}
 # Robot YAML `planner:` key -> planner node parameter (the `transformers` backend's settings).
 PLANNER_KEYS = {'path': 'model_path', 'gguf_file': 'transformers.gguf_file',
                 'device': 'device', 'dtype': 'dtype', 'model_kind': 'transformers.model_kind',
@@ -162,8 +166,30 @@ def check_robot(data: Any, src: Source) -> dict[str, Any]:
     if 'command_timeout_s' in safety:
         _positive(src, 'safety.command_timeout_s', safety['command_timeout_s'])
     return {'port': port, 'calibration': cal, 'cameras': cameras, 'safety': safety,
+            'execution': _execution(src, data.get('execution')),
             'policy': _policy(src, data.get('policy')),
             'planner': _planner(src, data.get('planner'))}
+
+
+def _execution(src: Source, execution: Any) -> dict[str, Any]:
+    """The `execution:` block (EXECUTION_KEYS), checked."""
+    execution = execution or {}
+    if not isinstance(execution, dict):
+        raise _err(src, 'execution', 'is not a mapping', f'use keys {list(EXECUTION_KEYS)}')
+    extra = sorted(set(execution) - set(EXECUTION_KEYS))
+    if extra:
+        raise _err(src, f'execution.{extra[0]}', 'is unknown', f'use only {list(EXECUTION_KEYS)}')
+    out = dict(execution)
+    if 'time_align' in out and not isinstance(out['time_align'], bool):
+        raise _err(src, 'execution.time_align', f'is {out["time_align"]!r}', 'give true or false')
+    if 'max_chunk_age_s' in out:
+        age = out['max_chunk_age_s']
+        if isinstance(age, bool) or not isinstance(age, (int, float)) or not (
+                age >= 0 and math.isfinite(age)):
+            raise _err(src, 'execution.max_chunk_age_s', f'is {age!r}',
+                       'give seconds >= 0 (0: no limit)')
+        out['max_chunk_age_s'] = float(age)
+    return out
 
 
 def _planner(src: Source, planner: Any) -> dict[str, Any]:
@@ -224,6 +250,14 @@ def _policy(src: Source, policy: Any) -> dict[str, Any]:
                        'map cameras to checkpoint image keys, e.g. {front: '
                        'observation.images.top}')
         out['camera_map'] = cmap
+    if 'inference_timeout_s' in out:
+        # A VLA on a CPU takes seconds to minutes a chunk: past the 5 s default every chunk
+        # would be discarded and the arm would never move.
+        timeout = out['inference_timeout_s']
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout < 0:
+            raise _err(src, 'policy.inference_timeout_s', f'is {timeout!r}',
+                       'give seconds >= 0 (0: no limit), e.g. 60 for a VLA on a CPU')
+        out['inference_timeout_s'] = float(timeout)
     return out
 
 
@@ -284,6 +318,7 @@ def merged_parameters(robot: dict[str, Any], defaults: dict[str, Any]) -> dict[s
         drv['max_relative_target_rad'] = float(mrt)
     if 'command_timeout_s' in safety:
         drv['command_timeout_s'] = float(safety['command_timeout_s'])
+    drv.update(robot.get('execution', {}))
     names = list(robot['cameras'])
     for name, cam in robot['cameras'].items():
         out[f'{name}_camera'] = {'ros__parameters': {**cam_defaults, **cam}}

@@ -64,7 +64,7 @@ class PolicyConfig:
     added_latency_s: float = field(default=0.0, metadata={
         'doc': 'Benchmarks: wait this long in every inference before the backend runs, as a '
                'slower model would (counted in the latency); 0 disables.',
-        'range': (0.0, 10.0)})
+        'range': (0.0, 600.0)})
     inference_timeout_s: float = field(default=5.0, metadata={
         'doc': 'An inference that takes longer is discarded and counted as a timeout; the '
                'next refill retries. 0 disables.', 'range': (0.0, 600.0)})
@@ -318,11 +318,22 @@ class PolicyNode(Node):
             if self.context.ok():
                 self.session.send_failed(chunk, str(exc))
 
+    # How long a stop waits for an inference in flight: a VLA on a CPU takes minutes a chunk,
+    # and the supervisor kills a node that has not stopped 10 s after Ctrl-C.
+    STOP_WAIT_S = 2.0
+
     def close(self) -> None:
         self._running = False
         self._wake.set()
         if self._thread is not None:
-            self._thread.join(timeout=10.0)
+            self._thread.join(timeout=self.STOP_WAIT_S)
+            if self._thread.is_alive():
+                # Its chunk would be for a stopped graph: leave it (runner exits without
+                # waiting for it; the inference log is line-buffered, nothing written is lost).
+                running = self.session.diagnostics()[2]['inference_running_s']
+                self.get_logger().info(f'stopping during an inference ({running:.1f} s so far): '
+                                       'not waiting for it')
+                self.abandoned_threads = (self._thread,)
         close = getattr(self.backend, 'close', None)
         if callable(close):
             close()

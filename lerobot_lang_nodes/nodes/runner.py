@@ -290,3 +290,10 @@ def run(factory: Callable[[], Any], args: list[str] | None = None, *, threads: i
             sys.stdout.flush()
             sys.stderr.flush()
             os._exit(1)
+        # Work a node's close() chose not to wait for (a model's inference in flight, minutes
+        # for a VLA on a CPU): the interpreter's finalisation under a thread still running
+        # torch aborts the process ("terminate called ..."), so leave at once, cleanly.
+        if any(t.is_alive() for each in nodes for t in getattr(each, 'abandoned_threads', ())):
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(0)

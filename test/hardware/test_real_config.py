@@ -41,7 +41,9 @@ def checkpoint_dir(tmp_path) -> Path:
 def test_params_file_merges_robot_into_real_defaults(tmp_path) -> None:
     checkpoint_dir(tmp_path)
     robot = {**ROBOT, 'policy': {'path': 'pretrained_model', 'device': 'cpu',
-                                 'camera_map': {'front': 'observation.images.top'}}}
+                                 'camera_map': {'front': 'observation.images.top'},
+                                 'inference_timeout_s': 60},
+             'execution': {'time_align': False, 'max_chunk_age_s': 0}}
     out = real_config.params_file_from_robot_yaml(write(tmp_path, robot),
                                                   graph.default_params_file('real'))
     text = out.read_text()
@@ -52,6 +54,7 @@ def test_params_file_merges_robot_into_real_defaults(tmp_path) -> None:
     assert drv['port'] == '/tmp/so101' and drv['calibration_id'] == 'arm1'
     assert drv['max_relative_target_per_joint_rad'] == [0.2, 0, 0, 0, 0, 0]
     assert drv['command_timeout_s'] == 0.3
+    assert drv['time_align'] is False and drv['max_chunk_age_s'] == 0.0  # LeRobot's sync play
     # The real arm starts paused: the driver's default, not restated in real.yaml.
     assert drv.get('start_paused', So101DriverConfig.start_paused) is True
     front = params['front_camera']['ros__parameters']
@@ -64,6 +67,7 @@ def test_params_file_merges_robot_into_real_defaults(tmp_path) -> None:
     assert policy['model_path'] == str(tmp_path / 'pretrained_model')  # next to the robot YAML
     assert policy['device'] == 'cpu'
     assert policy['lerobot.camera_map'] == ['front:observation.images.top']
+    assert policy['inference_timeout_s'] == 60.0  # a VLA on a CPU: seconds per chunk
     # The policy converts joint states with the driver's calibration.
     assert policy['lerobot.calibration_id'] == 'arm1' and policy['lerobot.calibration_path'] == ''
 
@@ -115,6 +119,11 @@ def test_example_robot_yaml_is_valid() -> None:
     ({'policy': {'pth': 'x'}}, "'policy.pth'"),
     ({'policy': {'path': ''}}, "'policy.path'"),
     ({'policy': {'path': 'x', 'camera_map': 3}}, "'policy.camera_map'"),
+    ({'policy': {'path': 'x', 'inference_timeout_s': 'slow'}}, "'policy.inference_timeout_s'"),
+    ({'policy': {'path': 'x', 'inference_timeout_s': -1}}, "'policy.inference_timeout_s'"),
+    ({'execution': {'time_align': 'no'}}, "'execution.time_align'"),
+    ({'execution': {'max_chunk_age_s': -1}}, "'execution.max_chunk_age_s'"),
+    ({'execution': {'sync': True}}, "'execution.sync'"),
 ])
 def test_validation_errors_name_the_field(tmp_path, change, field) -> None:
     with pytest.raises(real_config.RobotConfigError, match=field):

@@ -11,13 +11,15 @@ policy. Everything is observed over DDS with the probe.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
 from pathlib import Path
 
-import yaml
+import numpy as np
 import pytest
+import yaml
 from sensor_msgs.msg import Image, JointState
 from std_msgs.msg import String
 from std_srvs.srv import Trigger
@@ -45,6 +47,9 @@ IDS = range(1, 7)
 WAIT_S = 30.0  # five node processes starting on two loaded cores
 POLICY_WAIT_S = 120.0  # the policy process imports torch and LeRobot and loads the checkpoint
 CHUNK = 30  # 1 s: outlasts torch inference on two loaded cores
+# PI0 / PI0.5: a build or a ~10 GB load with its first chunk, on two loaded cores; the run.
+PI_LOAD_S = 300.0
+PI_RUN_S = 600.0
 
 
 @pytest.fixture(scope='module')
@@ -64,11 +69,14 @@ def checkpoint(request, tmp_path_factory) -> Path:
     return build_smolvla(out, chunk_size=50, n_action_steps=CHUNK)
 
 
-def _write_robot_yaml(tmp: Path, port: Path, calibration: Path, checkpoint: Path) -> Path:
+def _write_robot_yaml(tmp: Path, port: Path, calibration: Path, checkpoint: Path,
+                      policy: dict | None = None, execution: dict | None = None) -> Path:
     robot = yaml.safe_load(paths.config_path('robot.example.yaml').read_text())
     robot['port'] = str(port)
     robot['calibration'] = {'path': str(calibration)}
-    robot['policy'] = {'path': str(checkpoint)}
+    robot['policy'] = {'path': str(checkpoint), **(policy or {})}
+    if execution:
+        robot['execution'] = execution
     robot['cameras'] = {name: {'source': 'synthetic:square', 'width': 160, 'height': 120,
                                'fps': 15} for name in CAMERAS}
     out = tmp / 'robot.yaml'
@@ -80,13 +88,16 @@ class RealBringup:
     """`lerobot-lang real` started as a user starts it, against an emulator process; the
     probe's subscriptions; teardown that never leaves a node or torque behind."""
 
-    def __init__(self, tmp_path: Path, probe, checkpoint: Path, *options: str) -> None:
+    def __init__(self, tmp_path: Path, probe, checkpoint: Path, *options: str,
+                 timeout_s: float = 120.0, env: dict[str, str] | None = None,
+                 policy: dict | None = None, execution: dict | None = None) -> None:
         self.emu = EmulatorProcess(IDS, link=tmp_path / 'so101').start()
         cal = tmp_path / 'so101_follower.json'
         save_calibration({j: MotorCalibration(i + 1, 0, 0, 0 if j == 'wrist_roll' else 1000,
                                               4095 if j == 'wrist_roll' else 3000)
                           for i, j in enumerate(JOINT_NAMES)}, path=cal)
-        robot_yaml = _write_robot_yaml(tmp_path, Path(self.emu.port), cal, checkpoint)
+        robot_yaml = _write_robot_yaml(tmp_path, Path(self.emu.port), cal, checkpoint, policy,
+                                       execution)
         self.probe = probe
         self.joints = probe.subscribe(JointState, '/joint_states', qos.SENSOR)
         self.images = {c: probe.subscribe(Image, f'/cameras/{c}/image_raw', qos.SENSOR)
@@ -97,10 +108,10 @@ class RealBringup:
         with self.log.open('w') as out:
             self.proc = subprocess.Popen(
                 [sys.executable, '-m', 'lerobot_lang_nodes.cli.main', 'real', str(robot_yaml),
-                 '--no-viewer', '--timeout', '120', '--output-dir', str(tmp_path / 'session'),
-                 *options],
+                 '--no-viewer', '--timeout', str(timeout_s),
+                 '--output-dir', str(tmp_path / 'session'), *options],
                 stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                start_new_session=True, env=dict(os.environ))
+                start_new_session=True, env={**os.environ, **(env or {})})
         self.kids: list[int] = []
         self.torque: dict[int, int] = {}
 
@@ -110,7 +121,8 @@ class RealBringup:
     def wait(self, predicate, what: str):
         return wait_until(lambda: (self.alive(), predicate())[1], WAIT_S, what)
 
-    def resume_with_task(self, task: str = 'put the red cube in the bowl') -> ActionChunk:
+    def resume_with_task(self, task: str = 'put the red cube in the bowl',
+                         chunk_wait_s: float = POLICY_WAIT_S) -> ActionChunk:
         """Torque on, /resume, the task: the policy's first chunk."""
         self.wait(lambda: all(self.emu.register(i, 'Torque_Enable') == 1 for i in IDS),
                   'the active driver to hold with torque on')
@@ -121,12 +133,27 @@ class RealBringup:
                              what='runtime_status in mode action after /resume')
         self.emu.goal_writes(clear=True)
         self.probe.publisher(String, '/task', qos.LATCHED).publish(String(data=task))
-        chunk = self.chunks.wait_for(timeout_s=POLICY_WAIT_S,
+        chunk = self.chunks.wait_for(timeout_s=chunk_wait_s,
                                      what='a chunk from the lerobot policy')
         self.alive()
         assert chunk.backend == 'lerobot' and list(chunk.action_names) == list(JOINT_NAMES)
         assert chunk.horizon == CHUNK
         return chunk
+
+    def check_dispatched(self, predicate, what: str) -> None:
+        """The driver accepted and dispatched (``predicate`` on its status) without rejecting
+        a chunk, and goals reached the servos, each inside the calibrated range and
+        max_relative_target."""
+        st = self.status.wait_for(predicate, timeout_s=WAIT_S, what=what)
+        assert st.rejected_invalid == 0, st.last_reject_reason
+        writes = self.wait(lambda: self.emu.goal_writes(), 'goal positions written to the servos')
+        max_step = 0.35 / RAD_PER_STEP + 1  # robot.example.yaml's max_relative_target_rad
+        for w in writes:
+            lo, hi = (0, 4095) if w.servo_id == 5 else (1000, 3000)
+            assert lo <= w.goal <= hi, w
+            # Against the position the driver clamped to (its last read, or Present_Position
+            # at the write): the horn moves on between the read and the write.
+            assert w.step_from_present() <= max_step, w
 
     def stop(self) -> None:
         """Ctrl-C as a terminal sends it; the supervisor and its nodes must exit cleanly."""
@@ -172,18 +199,8 @@ def test_real_bringup_against_the_emulator(tmp_path, probe, checkpoint) -> None:
         # The LeRobot checkpoint drives the driver: its chunks are accepted and dispatched, and
         # every goal written stays inside the calibrated range and max_relative_target.
         run.resume_with_task()
-        st = run.status.wait_for(lambda s: s.last_accepted_sequence >= 2
-                                 and s.dispatched >= CHUNK, timeout_s=WAIT_S,
-                                 what='lerobot chunks accepted and dispatched')
-        assert st.rejected_invalid == 0, st.last_reject_reason
-        writes = run.wait(lambda: run.emu.goal_writes(), 'goal positions written to the servos')
-        max_step = 0.35 / RAD_PER_STEP + 1  # robot.example.yaml's max_relative_target_rad
-        for w in writes:
-            lo, hi = (0, 4095) if w.servo_id == 5 else (1000, 3000)
-            assert lo <= w.goal <= hi, w
-            # Against the position the driver clamped to (its last read, or Present_Position
-            # at the write): the horn moves on between the read and the write.
-            assert w.step_from_present() <= max_step, w
+        run.check_dispatched(lambda s: s.last_accepted_sequence >= 2 and s.dispatched >= CHUNK,
+                             'lerobot chunks accepted and dispatched')
         run.stop()
     finally:
         run.close()
@@ -208,6 +225,57 @@ def test_dry_run_plans_without_moving_the_arm(tmp_path, probe, act_checkpoint) -
         assert any(list(st.planned_target) == list(t) for t in chunk_targets)
         assert run.emu.goal_writes() == []
         assert {i: run.emu.register(i, 'Present_Position') for i in IDS} == before
+        run.stop()
+    finally:
+        run.close()
+    run.check_clean_exit()
+
+
+@pytest.fixture(scope='module', params=['pi0', 'pi05'])
+def pi_checkpoint(request, tmp_path_factory):
+    """(checkpoint, environment) of a PI0 / PI0.5 checkpoint (stock LeRobot classes, full-size
+    gemma with random weights: tiny_models/pi.py) and the offline HF_HOME holding the PaliGemma
+    tokenizer its processor names by hub id, as a user caches it before going offline. Built in
+    a child process (~10 GB), so its memory is gone before the policy node loads it."""
+    require_ml('transformers', 'scipy')
+    from lerobot_lang_nodes.tiny_models.pi import install_paligemma_tokenizer
+    home = tmp_path_factory.mktemp('hf_home')
+    install_paligemma_tokenizer(home)
+    env = {'HF_HOME': str(home), 'HF_HUB_OFFLINE': '1'}
+    path = tmp_path_factory.mktemp(request.param) / 'pretrained_model'
+    script = ('import sys\n'
+              'from lerobot_lang_nodes.tiny_models.pi import build_pi\n'
+              'build_pi(sys.argv[1], sys.argv[2], chunk_size=50, n_action_steps=int(sys.argv[3]))')
+    out = subprocess.run([sys.executable, '-c', script, str(path), request.param, str(CHUNK)],
+                         capture_output=True, text=True, timeout=PI_LOAD_S,
+                         env={**os.environ, **env, 'OMP_NUM_THREADS': '2'})
+    assert out.returncode == 0, out.stderr[-4000:]
+    yield path, env
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_pi_checkpoints_drive_the_emulated_arm(tmp_path, probe, pi_checkpoint) -> None:
+    """PI0 and PI0.5 on the real-arm graph, offline: `lerobot-lang real` with the checkpoint in
+    robot.yaml; the first chunk (LeRobot's 50 executed 30 at a time) comes in radians with the
+    joint names, the driver accepts and dispatches it, and every goal the servos receive stays
+    inside the calibration and max_relative_target. A chunk takes seconds to tens of seconds
+    on a CPU: the arm holds while it waits."""
+    checkpoint, env = pi_checkpoint
+    # Seconds to tens of seconds a chunk on a CPU, against 1 s of actions: the robot YAML
+    # raises the inference timeout (5 s would drop every chunk) and plays each chunk from its
+    # first action when it arrives, as LeRobot's synchronous rollout does (time-aligned, every
+    # chunk would arrive wholly in the past), as the README tells users of a slow device.
+    run = RealBringup(tmp_path, probe, checkpoint, timeout_s=PI_RUN_S, env=env,
+                      policy={'inference_timeout_s': PI_LOAD_S},
+                      execution={'time_align': False, 'max_chunk_age_s': 0})
+    try:
+        run.joints.wait_for(timeout_s=WAIT_S, what='joint_states from so101_driver')
+        chunk = run.resume_with_task(chunk_wait_s=PI_LOAD_S)
+        values = np.asarray(chunk.values).reshape(chunk.horizon, chunk.action_dim)
+        assert np.isfinite(values).all() and np.abs(values).max() < np.pi, values
+        run.check_dispatched(lambda s: s.dispatched >= CHUNK, 'the PI chunk dispatched')
         run.stop()
     finally:
         run.close()
